@@ -1,0 +1,102 @@
+"""The loop's vocabulary: effects it asks for (imperative) and outcomes it is told (past tense).
+
+The workflow performs effects and reports outcomes; `capstan.loop` never performs anything.
+Every member carries a `kind` literal so the unions round-trip through any converter.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from capstan.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
+from capstan.spec import RunResult
+from capstan.tooling import ToolCatalog, ToolOutcome
+
+__all__ = [
+    "CallModel",
+    "CancelRequested",
+    "ContinueAsNew",
+    "Effect",
+    "Finish",
+    "LoadTools",
+    "ModelFailed",
+    "ModelReplied",
+    "Outcome",
+    "RunTools",
+    "ToolsFinished",
+    "ToolsLoaded",
+]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+# Effects ---------------------------------------------------------------------------------------
+
+
+class LoadTools(_Frozen):
+    kind: Literal["load_tools"] = "load_tools"
+    request: ListToolsInput
+
+
+class CallModel(_Frozen):
+    kind: Literal["call_model"] = "call_model"
+    request: CallModelInput
+
+
+class RunTools(_Frozen):
+    """Run these calls, in parallel, at most `concurrency` at a time."""
+
+    kind: Literal["run_tools"] = "run_tools"
+    calls: tuple[RunToolInput, ...]
+    concurrency: int
+    timeouts: tuple[float, ...]
+
+
+class ContinueAsNew(_Frozen):
+    kind: Literal["continue_as_new"] = "continue_as_new"
+
+
+class Finish(_Frozen):
+    kind: Literal["finish"] = "finish"
+    result: RunResult
+
+
+Effect = LoadTools | CallModel | RunTools | ContinueAsNew | Finish
+
+
+# Outcomes --------------------------------------------------------------------------------------
+
+
+class ToolsLoaded(_Frozen):
+    kind: Literal["tools_loaded"] = "tools_loaded"
+    catalog: ToolCatalog
+
+
+class ModelReplied(_Frozen):
+    kind: Literal["model_replied"] = "model_replied"
+    reply: ModelReply
+
+
+class ModelFailed(_Frozen):
+    """The model activity failed for good (retries spent or a non-retryable error)."""
+
+    kind: Literal["model_failed"] = "model_failed"
+    error: str
+    error_type: str = ""
+
+
+class ToolsFinished(_Frozen):
+    kind: Literal["tools_finished"] = "tools_finished"
+    results: tuple[ToolOutcome, ...]
+
+
+class CancelRequested(_Frozen):
+    kind: Literal["cancel_requested"] = "cancel_requested"
+    reason: str = ""
+
+
+Outcome = ToolsLoaded | ModelReplied | ModelFailed | ToolsFinished | CancelRequested

@@ -1,0 +1,304 @@
+"""The ReAct loop as a pure state machine: state + outcome of the last effect -> next effect.
+
+This module owns every transition of a run. It never does IO, never reads a clock, the
+environment or a random source, and never imports Temporal: the workflow (`workflows.agent`) and
+the in-process runner (`capstan.local`) are thin interpreters of it.
+
+One iteration, in order:
+
+1. Boundary: a requested cancellation ends the run; the step limit ends it with `max_steps`;
+   a long segment asks for continue-as-new.
+2. Think: `CallModel` with the conversation head and the messages since then.
+3. Check the turn: a text-only reply completes the run (`text` mode) or gets a bounded nudge
+   (`tool` mode); `finish` alone with a valid answer completes the run.
+4. Gate: unknown tools and a `finish` mixed with other calls become observations at once.
+5. Act: `RunTools` for the remaining calls (the interpreter runs them in parallel).
+6. Observe: every call of the turn gets exactly one tool message, in the turn's order.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import assert_never
+
+from capstan import nudges
+from capstan.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
+from capstan.content import Text
+from capstan.effects import (
+    CallModel,
+    CancelRequested,
+    ContinueAsNew,
+    Effect,
+    Finish,
+    LoadTools,
+    ModelFailed,
+    ModelReplied,
+    Outcome,
+    RunTools,
+    ToolsFinished,
+    ToolsLoaded,
+)
+from capstan.messages import Message, ToolCall, Usage
+from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
+from capstan.state import RunState
+from capstan.tooling import FINISH_TOOL, ToolFailed, ToolOutcome
+
+__all__ = [
+    "IllegalTransitionError",
+    "apply",
+    "carry_over",
+    "initial_state",
+    "next_effect",
+    "observation_text",
+]
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful agent. Work step by step with the tools you are given. "
+    "When the task is done, call `finish` with your final answer."
+)
+
+
+class IllegalTransitionError(RuntimeError):
+    """An outcome arrived that the current phase cannot accept: a bug in an interpreter."""
+
+
+def initial_state(spec: RunSpec, run_id: str) -> RunState:
+    """The state of a new run: the system prompt and the task are pending for the first call."""
+    system = spec.system_prompt or DEFAULT_SYSTEM_PROMPT
+    if spec.finish_mode is FinishMode.TEXT and spec.system_prompt is None:
+        system = "You are a careful agent. Use tools when needed; reply in plain text when done."
+    pending = (
+        Message(role="system", content=system, origin="system"),
+        Message(role="user", content=spec.task, origin="task"),
+    )
+    return RunState(spec=spec, run_id=run_id, pending=pending)
+
+
+def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
+    """Decide what the run does next. The interpreter performs it and reports the outcome.
+
+    `continue_suggested` is the interpreter's hint that its history is getting long.
+    """
+    if state.terminal is not None:
+        return Finish(result=_result(state))
+    if state.cancel_reason is not None:
+        return Finish(
+            result=_result(_terminate(state, TerminalReason.CANCELLED, state.cancel_reason))
+        )
+    match state.phase:
+        case "starting":
+            return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
+        case "thinking":
+            if state.step >= state.spec.max_steps:
+                done = _terminate(
+                    state, TerminalReason.MAX_STEPS, f"stopped after {state.step} steps"
+                )
+                return Finish(result=_result(done))
+            if state.segment_steps >= state.spec.continue_as_new_every or (
+                continue_suggested and state.segment_steps > 0
+            ):
+                return ContinueAsNew()
+            return CallModel(request=_model_request(state))
+        case "acting":
+            return _run_tools(state)
+        case "finished":
+            return Finish(result=_result(state))
+        case _:
+            assert_never(state.phase)
+
+
+def apply(state: RunState, outcome: Outcome) -> RunState:
+    """Fold the outcome of the last effect (or a steering input) into the state."""
+    match outcome:
+        case CancelRequested(reason=reason):
+            if state.terminal is not None or state.cancel_reason is not None:
+                return state
+            return state.model_copy(update={"cancel_reason": reason or "cancelled"})
+        case ToolsLoaded(catalog=catalog):
+            _expect(state, "starting", outcome.kind)
+            return state.model_copy(update={"catalog": catalog, "phase": "thinking"})
+        case ModelReplied(reply=reply):
+            _expect(state, "thinking", outcome.kind)
+            return _on_reply(state, reply)
+        case ModelFailed(error=error):
+            _expect(state, "thinking", outcome.kind)
+            return _terminate(state, TerminalReason.MODEL_ERROR, error)
+        case ToolsFinished(results=results):
+            _expect(state, "acting", outcome.kind)
+            return _on_tools_finished(state, results)
+        case _:
+            assert_never(outcome)
+
+
+def carry_over(state: RunState) -> RunState:
+    """The state a continued-as-new run starts from."""
+    return state.model_copy(update={"segment_steps": 0, "continued": state.continued + 1})
+
+
+def observation_text(outcome: ToolOutcome) -> Text:
+    """What the model sees for one tool outcome."""
+    if isinstance(outcome, ToolFailed):
+        return f"Error ({outcome.failure}): {outcome.error}"
+    return outcome.output
+
+
+# Transitions -----------------------------------------------------------------------------------
+
+
+def _expect(state: RunState, phase: str, kind: str) -> None:
+    if state.phase != phase:
+        raise IllegalTransitionError(f"outcome {kind!r} arrived in phase {state.phase!r}")
+
+
+def _model_request(state: RunState) -> CallModelInput:
+    assert state.catalog is not None
+    return CallModelInput(
+        run_id=state.run_id,
+        step=state.step + 1,
+        profile=state.spec.model,
+        conversation=state.conversation,
+        new_messages=state.pending,
+        tools=state.catalog.specs_ref,
+        observation_max_chars=state.spec.observation_max_chars,
+    )
+
+
+def _run_tools(state: RunState) -> RunTools:
+    assert state.catalog is not None
+    decided = {d.call_id for d in state.decided}
+    to_run = tuple(c for c in state.turn_calls if c.id not in decided)
+    default_timeout = state.spec.tuning.tool_default_timeout
+    return RunTools(
+        calls=tuple(
+            RunToolInput(
+                run_id=state.run_id,
+                step=state.step,
+                call_id=c.id,
+                name=c.name,
+                arguments=c.arguments,
+                idempotency_key=f"{state.run_id}/{state.step}/{c.id}",
+            )
+            for c in to_run
+        ),
+        concurrency=state.spec.tool_concurrency,
+        timeouts=tuple(state.catalog.timeout_for(c.name, default_timeout) for c in to_run),
+    )
+
+
+def _on_reply(state: RunState, reply: ModelReply) -> RunState:
+    step = state.step + 1
+    base = state.model_copy(
+        update={
+            "step": step,
+            "segment_steps": state.segment_steps + 1,
+            "conversation": reply.conversation,
+            "pending": (),
+            "usage": state.usage + reply.usage + Usage(model_calls=1),
+        }
+    )
+    calls = reply.message.tool_calls
+    if not calls:
+        return _on_text_only(base, reply.message)
+    finish_calls = [c for c in calls if c.name == FINISH_TOOL]
+    if len(calls) == 1 and finish_calls:
+        answer, problem = _finish_answer(finish_calls[0])
+        if problem is None:
+            done = base.model_copy(update={"output": answer, "nudges": 0})
+            return _terminate(done, TerminalReason.COMPLETED, None)
+    decided = tuple(_gate(base, c, alone=len(calls) == 1) for c in calls)
+    return base.model_copy(
+        update={
+            "phase": "acting",
+            "turn_calls": calls,
+            "decided": tuple(d for d in decided if d is not None),
+            "nudges": 0,
+        }
+    )
+
+
+def _on_text_only(state: RunState, message: Message) -> RunState:
+    if state.spec.finish_mode is FinishMode.TEXT:
+        return _terminate(
+            state.model_copy(update={"output": message.content}), TerminalReason.COMPLETED, None
+        )
+    if state.nudges >= state.spec.max_nudges:
+        problem = f"finish_not_called: {state.nudges + 1} replies in a row without a tool call"
+        return _terminate(state, TerminalReason.CIRCUIT_BREAKER, problem)
+    nudge = Message(
+        role="user", content=nudges.text_only_in_tool_mode(), origin="nudge", step=state.step
+    )
+    return state.model_copy(update={"pending": (nudge,), "nudges": state.nudges + 1})
+
+
+def _gate(state: RunState, call: ToolCall, *, alone: bool) -> ToolFailed | None:
+    """Decide at once what needs no activity: unknown tools, a bad or mixed `finish`."""
+    assert state.catalog is not None
+    if call.name == FINISH_TOOL:
+        if not alone:
+            return ToolFailed(call_id=call.id, failure="not_run", error=nudges.finish_not_alone())
+        _, problem = _finish_answer(call)
+        return ToolFailed(call_id=call.id, failure="invalid_arguments", error=problem or "")
+    if call.name not in state.catalog.names:
+        error = nudges.unknown_tool(call.name, state.catalog.names)
+        return ToolFailed(call_id=call.id, failure="unknown_tool", error=error)
+    return None
+
+
+def _finish_answer(call: ToolCall) -> tuple[Text, str | None]:
+    """The answer of a `finish` call, or the problem with its arguments."""
+    if not isinstance(call.arguments, str):
+        return call.arguments, None  # a large answer: kept as a ref, resolved by the client
+    try:
+        args = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return "", nudges.finish_bad_arguments(f"not valid JSON ({exc.msg})")
+    answer = args.get("answer") if isinstance(args, dict) else None
+    if not isinstance(answer, str):
+        return "", nudges.finish_bad_arguments("field `answer` is missing or not a string")
+    return answer, None
+
+
+def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> RunState:
+    by_id: dict[str, ToolOutcome] = {r.call_id: r for r in state.decided}
+    by_id.update({r.call_id: r for r in results})
+    messages = []
+    for call in state.turn_calls:
+        outcome = by_id.get(call.id) or ToolFailed(
+            call_id=call.id, failure="not_run", error="no result was reported for this call"
+        )
+        messages.append(
+            Message(
+                role="tool",
+                content=observation_text(outcome),
+                tool_call_id=call.id,
+                name=call.name,
+                origin="tool",
+                step=state.step,
+            )
+        )
+    executed = sum(1 for r in results)
+    return state.model_copy(
+        update={
+            "phase": "thinking",
+            "pending": state.pending + tuple(messages),
+            "turn_calls": (),
+            "decided": (),
+            "usage": state.usage + Usage(tool_calls=executed),
+        }
+    )
+
+
+def _terminate(state: RunState, reason: TerminalReason, error: str | None) -> RunState:
+    return state.model_copy(update={"terminal": reason, "error": error, "phase": "finished"})
+
+
+def _result(state: RunState) -> RunResult:
+    assert state.terminal is not None
+    return RunResult(
+        run_id=state.run_id,
+        terminal_reason=state.terminal,
+        output=state.output,
+        error=state.error,
+        steps=state.step,
+        usage=state.usage,
+    )

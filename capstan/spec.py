@@ -1,0 +1,121 @@
+"""What a run is asked to do (`RunSpec`) and how it ended (`RunResult`, `RunStatus`).
+
+These are the workflow's input and output and the `status` query's answer, so fields are only
+ever added, with defaults, to keep old histories decoding. Pure types only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capstan.content import Text
+from capstan.messages import Usage
+
+__all__ = [
+    "ActivityTuning",
+    "FinishMode",
+    "Phase",
+    "RunResult",
+    "RunSpec",
+    "RunStatus",
+    "TerminalReason",
+]
+
+
+class TerminalReason(StrEnum):
+    """Every run ends with exactly one of these."""
+
+    COMPLETED = "completed"
+    MAX_STEPS = "max_steps"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CANCELLED = "cancelled"
+    MODEL_ERROR = "model_error"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    CIRCUIT_BREAKER = "circuit_breaker"
+    FAILED = "failed"
+
+
+class FinishMode(StrEnum):
+    """How a run says it is done.
+
+    `tool`: only a call to the builtin `finish(answer)` completes the run; a text-only reply is
+    nudged. `text`: a reply without tool calls completes the run with its text.
+    """
+
+    TOOL = "tool"
+    TEXT = "text"
+
+
+Phase = Literal["starting", "thinking", "acting", "finished"]
+
+
+class ActivityTuning(BaseModel):
+    """Timeouts and retries for the run's activities (seconds).
+
+    Defaults suit real providers; tests shorten them so a killed worker is noticed quickly.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    model_start_to_close: float = 300.0
+    model_heartbeat: float = 10.0
+    model_max_attempts: int = 5
+    model_initial_retry: float = 1.0
+    model_max_retry: float = 60.0
+    tool_default_timeout: float = 120.0
+    tool_heartbeat: float = 10.0
+    tool_max_attempts: int = 3
+
+
+class RunSpec(BaseModel):
+    """The input of one agent run.
+
+    Example::
+
+        RunSpec(task="Summarise notes.txt", model="default", max_steps=10)
+
+    `model` names a model profile resolved by the worker from its environment; no secret is ever
+    part of a RunSpec.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    task: str
+    system_prompt: str | None = None
+    model: str = "default"
+    allowed_tools: tuple[str, ...] | None = None
+    max_steps: int = Field(default=25, ge=1)
+    finish_mode: FinishMode = FinishMode.TOOL
+    run_id: str | None = None
+    max_nudges: int = Field(default=2, ge=0)
+    tool_concurrency: int = Field(default=4, ge=1)
+    observation_max_chars: int = Field(default=16_000, ge=256)
+    continue_as_new_every: int = Field(default=50, ge=1)
+    tuning: ActivityTuning = ActivityTuning()
+
+
+class RunStatus(BaseModel):
+    """The answer of the `status` query."""
+
+    run_id: str
+    phase: Phase
+    step: int
+    terminal_reason: TerminalReason | None = None
+    output: Text | None = None
+    error: str | None = None
+    usage: Usage = Usage()
+    continued: int = 0
+
+
+class RunResult(BaseModel):
+    """How a run ended. Returned by the workflow for every terminal reason (never raised)."""
+
+    run_id: str
+    terminal_reason: TerminalReason
+    output: Text | None = None
+    error: str | None = None
+    steps: int = 0
+    usage: Usage = Usage()

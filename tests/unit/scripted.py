@@ -1,0 +1,100 @@
+"""A scripted model and tool runner that drive the pure loop with no Temporal and no IO."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from capstan import loop
+from capstan.activity_io import ModelReply
+from capstan.content import BlobRef
+from capstan.effects import (
+    CallModel,
+    ContinueAsNew,
+    Finish,
+    LoadTools,
+    ModelFailed,
+    ModelReplied,
+    Outcome,
+    RunTools,
+    ToolsFinished,
+    ToolsLoaded,
+)
+from capstan.messages import Message, ToolCall, Usage
+from capstan.spec import RunResult, RunSpec
+from capstan.state import RunState
+from capstan.tooling import ToolCatalog, ToolOutcome, ToolSucceeded
+
+TOOLS = ("finish", "read_file", "write_file", "list_dir", "read_result")
+
+
+def fake_ref(label: str) -> BlobRef:
+    return BlobRef(sha256=hashlib.sha256(label.encode()).hexdigest(), size=len(label))
+
+
+def catalog(names: tuple[str, ...] = TOOLS) -> ToolCatalog:
+    return ToolCatalog(names=names, specs_ref=fake_ref("specs"))
+
+
+def call(name: str, call_id: str = "c1", **args: object) -> ToolCall:
+    return ToolCall(id=call_id, name=name, arguments=json.dumps(args))
+
+
+def reply(text: str = "", *calls: ToolCall, step: int = 0) -> ModelReply:
+    msg = Message(role="assistant", content=text, tool_calls=calls, origin="model", step=step)
+    return ModelReply(
+        message=msg,
+        conversation=fake_ref(f"conv-{step}-{text}-{calls}"),
+        usage=Usage(input_tokens=10, output_tokens=5),
+        stop_reason="tool_calls" if calls else "stop",
+        model="scripted",
+    )
+
+
+Script = list[ModelReply | ModelFailed]
+
+
+@dataclass
+class Driver:
+    """Runs the loop to completion against a script; records every effect it saw."""
+
+    script: Script
+    tool: Callable[[str, str], str] = lambda name, args: f"{name} ok"
+    effects: list[object] = field(default_factory=list)
+    model_inputs: list[CallModel] = field(default_factory=list)
+
+    def run(self, spec: RunSpec, state: RunState | None = None) -> tuple[RunResult, RunState]:
+        state = state or loop.initial_state(spec, "run-1")
+        for _ in range(10_000):
+            effect = loop.next_effect(state)
+            self.effects.append(effect)
+            if isinstance(effect, Finish):
+                return effect.result, state
+            if isinstance(effect, ContinueAsNew):
+                state = loop.carry_over(state)
+                continue
+            state = loop.apply(state, self._perform(effect, state))
+        raise AssertionError("loop did not finish")
+
+    def _perform(self, effect: object, state: RunState) -> Outcome:
+        match effect:
+            case LoadTools():
+                return ToolsLoaded(catalog=catalog())
+            case CallModel():
+                self.model_inputs.append(effect)
+                if not self.script:
+                    raise AssertionError("the script ran out")
+                item = self.script.pop(0)
+                return item if isinstance(item, ModelFailed) else ModelReplied(reply=item)
+            case RunTools(calls=calls):
+                results: list[ToolOutcome] = [
+                    ToolSucceeded(call_id=c.call_id, output=self.tool(c.name, str(c.arguments)))
+                    for c in calls
+                ]
+                return ToolsFinished(results=tuple(results))
+        raise AssertionError(f"unexpected effect {effect!r}")
+
+    def assert_complete(self) -> None:
+        assert not self.script, f"{len(self.script)} scripted replies were never requested"
