@@ -6,9 +6,9 @@ the model always gets an observation. Pure types only; the registry lives in `ac
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from capstan.content import BlobRef, Text
 
@@ -74,4 +74,4 @@ class ToolFailed(BaseModel):
     duration_ms: int = 0
 
 
-ToolOutcome = ToolSucceeded | ToolFailed
+ToolOutcome = Annotated[ToolSucceeded | ToolFailed, Field(discriminator="kind")]

@@ -1,0 +1,88 @@
+"""The `list_tools` and `run_tool` activities.
+
+`run_tool` never fails for a tool's own reasons: an unknown tool, arguments that fail the schema
+and exceptions raised by the tool all come back as `ToolFailed`, which the model sees. Only
+infrastructure trouble (a killed worker, a timeout) is left to Temporal's retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+from temporalio import activity
+
+from activities.heartbeat import with_heartbeat
+from activities.tools.registry import ToolContext, ToolRegistry
+from capstan.activity_io import ListToolsInput, RunToolInput
+from capstan.blobstore import ContentStore
+from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome, ToolSucceeded
+
+__all__ = ["ToolActivities"]
+
+
+class ToolActivities:
+    def __init__(self, registry: ToolRegistry, content: ContentStore, workspace: Path) -> None:
+        self.registry = registry
+        self.content = content
+        self.workspace = workspace
+        workspace.mkdir(parents=True, exist_ok=True)
+
+    @activity.defn(name="list_tools")
+    async def list_tools(self, request: ListToolsInput) -> ToolCatalog:
+        specs = self.registry.specs(request.allowed)
+        data = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True)
+        ref = await asyncio.to_thread(self.content.store_bytes, data.encode("utf-8"))
+        timeouts = {s.name: s.timeout_seconds for s in specs if s.timeout_seconds}
+        return ToolCatalog(names=tuple(s.name for s in specs), timeouts=timeouts, specs_ref=ref)
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, request: RunToolInput) -> ToolOutcome:
+        started = time.monotonic()
+        outcome = await self._run(request)
+        outcome.duration_ms = int((time.monotonic() - started) * 1000)
+        return outcome
+
+    async def _run(self, request: RunToolInput) -> ToolSucceeded | ToolFailed:
+        call_id = request.call_id
+        found = self.registry.get(request.name)
+        if found is None:
+            return ToolFailed(
+                call_id=call_id, failure="unknown_tool", error=f"unknown tool {request.name!r}"
+            )
+        try:
+            raw = json.loads(self.content.resolve(request.arguments) or "{}")
+            args = found.args_model.model_validate(raw)
+        except json.JSONDecodeError as exc:
+            error = f"arguments are not valid JSON: {exc.msg} at position {exc.pos}"
+            return ToolFailed(call_id=call_id, failure="invalid_arguments", error=error)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            return ToolFailed(call_id=call_id, failure="invalid_arguments", error=problems)
+        kwargs = dict(args)
+        if found.context_param:
+            kwargs[found.context_param] = ToolContext(
+                run_id=request.run_id,
+                step=request.step,
+                call_id=call_id,
+                idempotency_key=request.idempotency_key,
+                workspace=self.workspace,
+                content=self.content,
+            )
+        try:
+            result = await with_heartbeat(found.fn(**kwargs))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return ToolFailed(
+                call_id=call_id, failure="error", error=f"{type(exc).__name__}: {exc}"
+            )
+        text = result if isinstance(result, str) else json.dumps(result, default=str)
+        stored = await asyncio.to_thread(self.content.store_text, text)
+        return ToolSucceeded(call_id=call_id, output=stored)

@@ -1,0 +1,99 @@
+"""The builtin tools: file access confined to the workspace, and paging through large results.
+
+`finish` is offered to the model here as a spec only: the pure loop handles it, no activity
+ever runs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from activities.tools.registry import ToolContext, tool
+from activities.tools.workspace import inside_workspace
+from capstan.tooling import FINISH_TOOL, ToolSpec
+
+__all__ = ["BUILTIN_TOOLS", "FINISH_SPEC"]
+
+FINISH_SPEC = ToolSpec(
+    name=FINISH_TOOL,
+    description="Finish the task. Call this alone, once, with your final answer.",
+    parameters={
+        "type": "object",
+        "properties": {"answer": {"type": "string", "description": "The final answer."}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    },
+    read_only=True,
+)
+
+MAX_READ_CHARS = 200_000
+
+
+@tool(read_only=True)
+async def read_file(ctx: ToolContext, path: str) -> str:
+    """Read a UTF-8 text file from the workspace.
+
+    Args:
+        path: Path relative to the workspace root.
+    """
+    target = inside_workspace(ctx.workspace, path)
+    text = await asyncio.to_thread(target.read_text, encoding="utf-8", errors="replace")
+    return text[:MAX_READ_CHARS]
+
+
+@tool
+async def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Write a UTF-8 text file in the workspace, replacing it if it exists.
+
+    Args:
+        path: Path relative to the workspace root; parent directories are created.
+        content: The full new content of the file.
+    """
+    target = inside_workspace(ctx.workspace, path)
+
+    def write() -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+
+    await asyncio.to_thread(write)
+    return f"wrote {len(content.encode('utf-8'))} bytes to {path}"
+
+
+@tool(read_only=True)
+async def list_dir(ctx: ToolContext, path: str = ".") -> str:
+    """List the entries of a workspace directory, directories first, with file sizes.
+
+    Args:
+        path: Directory relative to the workspace root.
+    """
+    target = inside_workspace(ctx.workspace, path)
+
+    def listing() -> str:
+        entries = sorted(target.iterdir(), key=lambda p: (not p.is_dir(), p.name))
+        lines = [
+            f"{p.name}/" if p.is_dir() else f"{p.name} ({p.stat().st_size} bytes)" for p in entries
+        ]
+        return "\n".join(lines) or "(empty directory)"
+
+    return await asyncio.to_thread(listing)
+
+
+@tool(read_only=True)
+async def read_result(ctx: ToolContext, ref: str, offset: int = 0, limit: int = 8000) -> str:
+    """Read part of a large earlier result by its ref (the sha256 named in a truncation note).
+
+    Args:
+        ref: The sha256 of the stored result.
+        offset: Character offset to start from.
+        limit: Maximum number of characters to return.
+    """
+    text = await asyncio.to_thread(lambda: ctx.content.read_bytes(ref).decode("utf-8"))
+    offset = max(offset, 0)
+    limit = max(1, min(limit, 50_000))
+    chunk = text[offset : offset + limit]
+    end = offset + len(chunk)
+    more = f" More: read_result(ref={ref!r}, offset={end})." if end < len(text) else ""
+    return f"[characters {offset}-{end} of {len(text)}.{more}]\n{chunk}"
+
+
+BUILTIN_TOOLS = [read_file, write_file, list_dir, read_result]

@@ -1,0 +1,150 @@
+"""Typed async Python functions as tools: schemas from signatures and docstrings.
+
+A tool is an `async def` with annotated parameters. Its JSON schema comes from a pydantic model
+built from the signature; descriptions come from the docstring (Google, reST or numpydoc style,
+parsed by `docstring_parser`). A parameter annotated `ToolContext` is injected, not exposed.
+
+Example::
+
+    @tool(read_only=True)
+    async def word_count(text: str) -> str:
+        \"\"\"Count the words in a text.
+
+        Args:
+            text: The text to count.
+        \"\"\"
+        return str(len(text.split()))
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import docstring_parser
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from capstan.blobstore import ContentStore
+from capstan.tooling import ToolSpec
+
+__all__ = ["Tool", "ToolContext", "ToolRegistry", "tool"]
+
+ToolFunction = Callable[..., Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a running tool may know about its call. `idempotency_key` is stable across retries."""
+
+    run_id: str
+    step: int
+    call_id: str
+    idempotency_key: str
+    workspace: Path
+    content: ContentStore
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    fn: ToolFunction
+    args_model: type[BaseModel]
+    context_param: str | None
+    read_only: bool
+    timeout_seconds: float | None
+
+    def spec(self) -> ToolSpec:
+        schema = self.args_model.model_json_schema()
+        schema.pop("title", None)
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=schema,
+            read_only=self.read_only,
+            timeout_seconds=self.timeout_seconds,
+        )
+
+
+def tool(
+    fn: ToolFunction | None = None,
+    *,
+    name: str | None = None,
+    read_only: bool = False,
+    timeout_seconds: float | None = None,
+) -> Any:
+    """Mark an async function as a tool (usable bare or with options)."""
+
+    def mark(f: ToolFunction) -> ToolFunction:
+        f.__capstan_tool__ = {  # type: ignore[attr-defined]
+            "name": name or f.__name__,
+            "read_only": read_only,
+            "timeout_seconds": timeout_seconds,
+        }
+        return f
+
+    return mark(fn) if fn is not None else mark
+
+
+def _build(fn: ToolFunction) -> Tool:
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"tool {fn.__name__} must be an async function")
+    options = getattr(fn, "__capstan_tool__", {})
+    doc = docstring_parser.parse(inspect.getdoc(fn) or "")
+    param_docs = {p.arg_name: p.description or "" for p in doc.params}
+    hints = get_type_hints(fn)
+    fields: dict[str, Any] = {}
+    context_param = None
+    for pname, param in inspect.signature(fn).parameters.items():
+        annotation = hints.get(pname, Any)
+        if annotation is ToolContext:
+            context_param = pname
+            continue
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, Field(default, description=param_docs.get(pname) or None))
+    config = ConfigDict(extra="forbid")
+    model = create_model(f"{fn.__name__}_args", __config__=config, **fields)
+    description = "\n\n".join(x for x in (doc.short_description, doc.long_description) if x)
+    return Tool(
+        name=options.get("name", fn.__name__),
+        description=description or fn.__name__,
+        fn=fn,
+        args_model=model,
+        context_param=context_param,
+        read_only=options.get("read_only", False),
+        timeout_seconds=options.get("timeout_seconds"),
+    )
+
+
+class ToolRegistry:
+    """Tools by name. Built in the worker; the workflow sees only their specs."""
+
+    def __init__(self, functions: Iterable[ToolFunction] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        self._extra_specs: dict[str, ToolSpec] = {}
+        for fn in functions:
+            self.add(fn)
+
+    def add(self, fn: ToolFunction) -> Tool:
+        built = _build(fn)
+        if built.name in self._tools or built.name in self._extra_specs:
+            raise ValueError(f"tool {built.name!r} is registered twice")
+        self._tools[built.name] = built
+        return built
+
+    def add_spec(self, spec: ToolSpec) -> None:
+        """A tool the loop handles itself (like `finish`): offered to the model, never run here."""
+        self._extra_specs[spec.name] = spec
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def specs(self, allowed: Iterable[str] | None = None) -> list[ToolSpec]:
+        """Specs in a stable order; `allowed` filters (loop-handled specs are always offered)."""
+        wanted = None if allowed is None else set(allowed)
+        specs = list(self._extra_specs.values())
+        specs += [t.spec() for t in self._tools.values() if wanted is None or t.name in wanted]
+        return specs

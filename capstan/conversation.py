@@ -1,0 +1,51 @@
+"""The conversation as a hash chain of segments in the blob store.
+
+Each model call appends one segment (the messages since the previous call plus the reply) that
+names its parent by hash. Workflow state and activity inputs carry only the head, so each step
+costs a constant number of history bytes however long the run. The chain is also tamper-evident:
+changing any earlier message changes every later hash.
+"""
+
+from __future__ import annotations
+
+import json
+
+from pydantic import BaseModel
+
+from capstan.blobstore import ContentStore
+from capstan.content import BlobRef
+from capstan.messages import Message
+
+__all__ = ["Segment", "append_segment", "load_conversation", "load_segments"]
+
+
+class Segment(BaseModel):
+    parent: str | None
+    step: int
+    messages: list[Message]
+
+
+def append_segment(
+    store: ContentStore, head: BlobRef | None, step: int, messages: list[Message]
+) -> BlobRef:
+    """Write a segment after `head` and return the new head."""
+    segment = Segment(parent=head.sha256 if head else None, step=step, messages=messages)
+    data = json.dumps(segment.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return store.store_bytes(data.encode("utf-8"))
+
+
+def load_segments(store: ContentStore, head: BlobRef | None) -> list[Segment]:
+    """All segments from the first to `head`, each verified against its hash."""
+    segments: list[Segment] = []
+    cursor = head.sha256 if head else None
+    while cursor is not None:
+        segment = Segment.model_validate_json(store.read_bytes(cursor))
+        segments.append(segment)
+        cursor = segment.parent
+    segments.reverse()
+    return segments
+
+
+def load_conversation(store: ContentStore, head: BlobRef | None) -> list[Message]:
+    """Every message of the conversation, oldest first (content may still be refs)."""
+    return [m for s in load_segments(store, head) for m in s.messages]

@@ -1,0 +1,112 @@
+"""The composition root: configuration -> Temporal client -> worker. No logic lives here.
+
+`python worker.py` is the same as `capstan worker`. With no `TEMPORAL_ADDRESS` set, the embedded
+dev server is started (or reused) first and stopped on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import httpx
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.model import ModelActivities
+from activities.tokens import count_tokens
+from activities.tool_runner import ToolActivities
+from activities.tools.builtins import BUILTIN_TOOLS, FINISH_SPEC
+from activities.tools.registry import ToolRegistry
+from capstan.blobstore import ContentStore, LocalBlobStore
+from capstan.client import connect_temporal
+from capstan.config import Settings
+from capstan.embedded import EmbeddedServer
+from workflows.agent import AgentWorkflow
+
+__all__ = ["build_registry", "build_worker", "main", "run_worker", "temporal_for"]
+
+log = logging.getLogger("capstan.worker")
+
+
+def build_registry(tools_module: str | None) -> ToolRegistry:
+    """Builtins plus the user's tools from `CAPSTAN_TOOLS=pkg.module` (its `tools` list)."""
+    registry = ToolRegistry(BUILTIN_TOOLS)
+    registry.add_spec(FINISH_SPEC)
+    if tools_module:
+        module = importlib.import_module(tools_module)
+        for fn in getattr(module, "tools", []):
+            registry.add(fn)
+    return registry
+
+
+def build_worker(
+    client: Client,
+    settings: Settings,
+    http: httpx.AsyncClient,
+    env: Mapping[str, str] | None = None,
+    **worker_options: object,
+) -> Worker:
+    """A worker with the agent workflow and every activity, dependencies injected."""
+    content = ContentStore(LocalBlobStore(settings.blob_dir), count_tokens=count_tokens)
+    models = ModelActivities(content, env if env is not None else os.environ, http)
+    tools = ToolActivities(build_registry(settings.tools_module), content, settings.workspace_dir)
+    options: dict[str, object] = {
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+        "activity_executor": ThreadPoolExecutor(4),
+    }
+    options.update(worker_options)
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[AgentWorkflow],
+        activities=[models.call_model, tools.list_tools, tools.run_tool],
+        **options,  # type: ignore[arg-type]
+    )
+
+
+@contextlib.asynccontextmanager
+async def temporal_for(settings: Settings) -> AsyncIterator[Client]:
+    """Connect to TEMPORAL_ADDRESS, or start/reuse the embedded server for the duration."""
+    if not settings.embedded:
+        yield await connect_temporal(settings)
+        return
+    async with EmbeddedServer(settings.data_dir, settings.embedded_port) as server:
+        if server.reused:
+            log.info("reusing the Temporal server at %s", server.address)
+        else:
+            log.info("started the embedded Temporal server at %s", server.address)
+        yield await connect_temporal(settings)
+
+
+async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    """Run a worker until `stop` is set (or forever)."""
+    stop = stop or asyncio.Event()
+    async with temporal_for(settings) as client, httpx.AsyncClient() as http:
+        async with build_worker(client, settings, http):
+            log.info("worker polling task queue %r", settings.task_queue)
+            await stop.wait()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_worker(Settings.from_env(), stop)
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""`AgentWorkflow`: the Temporal interpreter of the pure loop in `capstan.loop`.
+
+It turns effects into activities and signals into outcomes, and nothing else: every decision is
+the loop's. Deterministic by law: no clock, random, IO or environment here (ruff bans them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+
+with workflow.unsafe.imports_passed_through():
+    from capstan import loop
+    from capstan.activity_io import ModelReply, RunToolInput
+    from capstan.effects import (
+        CallModel,
+        CancelRequested,
+        ContinueAsNew,
+        Effect,
+        Finish,
+        LoadTools,
+        ModelFailed,
+        ModelReplied,
+        Outcome,
+        RunTools,
+        ToolsFinished,
+        ToolsLoaded,
+    )
+    from capstan.spec import RunResult, RunStatus, TerminalReason
+    from capstan.state import RunState
+    from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome
+    from capstan.workflow_io import WORKFLOW_NAME, AgentInput, CancelRequest, TranscriptView
+
+__all__ = ["AgentWorkflow"]
+
+MODEL_NON_RETRYABLE = ["ModelBadRequest", "ModelAuthError", "ModelNotFound", "ModelConfigError"]
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class AgentWorkflow:
+    """One agent run. Signals: `cancel`. Queries: `status`, `transcript`."""
+
+    @workflow.init
+    def __init__(self, start: AgentInput) -> None:
+        self.state: RunState = start.carried or loop.initial_state(
+            start.spec, start.spec.run_id or workflow.info().workflow_id
+        )
+
+    @workflow.run
+    async def run(self, start: AgentInput) -> RunResult:
+        try:
+            while True:
+                effect = self._decide()
+                if isinstance(effect, Finish):
+                    return effect.result
+                if isinstance(effect, ContinueAsNew):
+                    await workflow.wait_condition(workflow.all_handlers_finished)
+                    carried = loop.carry_over(self.state)
+                    workflow.continue_as_new(AgentInput(spec=start.spec, carried=carried))
+                outcome = await self._perform(effect)
+                self._fold(outcome)
+        except asyncio.CancelledError:
+            # A Temporal cancellation request: end with a result, not a failure.
+            self._fold(CancelRequested(reason="cancellation requested through Temporal"))
+            return self._final()
+        except _LoopBugError as bug:
+            workflow.logger.exception("loop raised; ending the run as failed")
+            return self._failed(bug)
+
+    # Signals and queries -------------------------------------------------------------------
+
+    @workflow.signal(name="cancel")
+    def cancel(self, request: CancelRequest) -> None:
+        self._fold(CancelRequested(reason=request.reason or "cancelled by a user"))
+
+    @workflow.query(name="status")
+    def status(self) -> RunStatus:
+        return self.state.status()
+
+    @workflow.query(name="transcript")
+    def transcript(self) -> TranscriptView:
+        return TranscriptView(
+            conversation=self.state.conversation,
+            pending=list(self.state.pending),
+            in_flight=list(self.state.turn_calls),
+            step=self.state.step,
+        )
+
+    # Interpreter -----------------------------------------------------------------------------
+
+    def _decide(self) -> Effect:
+        try:
+            return loop.next_effect(
+                self.state, continue_suggested=workflow.info().is_continue_as_new_suggested()
+            )
+        except Exception as exc:
+            raise _LoopBugError(exc) from exc
+
+    def _fold(self, outcome: Outcome) -> None:
+        try:
+            self.state = loop.apply(self.state, outcome)
+        except Exception as exc:
+            raise _LoopBugError(exc) from exc
+
+    def _final(self) -> RunResult:
+        effect = loop.next_effect(self.state)
+        assert isinstance(effect, Finish)
+        return effect.result
+
+    def _failed(self, bug: _LoopBugError) -> RunResult:
+        return RunResult(
+            run_id=self.state.run_id,
+            terminal_reason=TerminalReason.FAILED,
+            output=self.state.output,
+            error=f"internal error: {type(bug.cause).__name__}: {bug.cause}",
+            steps=self.state.step,
+            usage=self.state.usage,
+        )
+
+    async def _perform(self, effect: Effect) -> Outcome:
+        match effect:
+            case LoadTools(request=request):
+                catalog = await workflow.execute_activity(
+                    "list_tools",
+                    request,
+                    result_type=ToolCatalog,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(maximum_attempts=5),
+                )
+                return ToolsLoaded(catalog=catalog)
+            case CallModel():
+                return await self._call_model(effect)
+            case RunTools():
+                return await self._run_tools(effect)
+        raise _LoopBugError(RuntimeError(f"no interpreter for effect {effect.kind!r}"))
+
+    async def _call_model(self, effect: CallModel) -> Outcome:
+        tuning = self.state.spec.tuning
+        try:
+            reply = await workflow.execute_activity(
+                "call_model",
+                effect.request,
+                result_type=ModelReply,
+                start_to_close_timeout=timedelta(seconds=tuning.model_start_to_close),
+                heartbeat_timeout=timedelta(seconds=tuning.model_heartbeat),
+                retry_policy=RetryPolicy(
+                    initial_interval=timedelta(seconds=tuning.model_initial_retry),
+                    maximum_interval=timedelta(seconds=tuning.model_max_retry),
+                    maximum_attempts=tuning.model_max_attempts,
+                    non_retryable_error_types=MODEL_NON_RETRYABLE,
+                ),
+            )
+        except ActivityError as exc:
+            kind, message = _describe(exc)
+            return ModelFailed(error=message, error_type=kind)
+        return ModelReplied(reply=reply)
+
+    async def _run_tools(self, effect: RunTools) -> Outcome:
+        gate = asyncio.Semaphore(effect.concurrency)
+        tuning = self.state.spec.tuning
+
+        async def one(call: RunToolInput, timeout: float) -> ToolOutcome:
+            async with gate:
+                try:
+                    result: ToolOutcome = await workflow.execute_activity(
+                        "run_tool",
+                        call,
+                        result_type=ToolOutcome,  # type: ignore[arg-type]
+                        start_to_close_timeout=timedelta(seconds=timeout),
+                        heartbeat_timeout=timedelta(seconds=tuning.tool_heartbeat),
+                        retry_policy=RetryPolicy(maximum_attempts=tuning.tool_max_attempts),
+                    )
+                    return result
+                except ActivityError as exc:
+                    kind, message = _describe(exc)
+                    failure = "timeout" if kind == "timeout" else "error"
+                    return ToolFailed(call_id=call.call_id, failure=failure, error=message)
+
+        results = await asyncio.gather(
+            *(one(c, t) for c, t in zip(effect.calls, effect.timeouts, strict=True))
+        )
+        return ToolsFinished(results=tuple(results))
+
+
+def _describe(exc: ActivityError) -> tuple[str, str]:
+    """A short kind and a clear message for an activity that failed for good."""
+    cause = exc.cause
+    if isinstance(cause, TimeoutError):
+        return "timeout", f"timed out ({cause.type.name.lower().replace('_', '-')})"
+    if isinstance(cause, ApplicationError):
+        return cause.type or "ApplicationError", cause.message
+    return type(cause).__name__ if cause else "ActivityError", str(cause or exc)
+
+
+class _LoopBugError(Exception):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
