@@ -1,0 +1,232 @@
+"""`capstan`: start, watch and inspect runs; run the worker or the embedded server.
+
+Every command talks to `TEMPORAL_ADDRESS` or the embedded default (127.0.0.1:7233). An error is
+one line on stderr and a non-zero exit. `--json` output shapes are documented in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from capstan.client import CapstanClient
+from capstan.config import Settings
+from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
+from capstan.transcript import build_transcript
+from capstan.watch import follow, format_step
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_ERROR = 0, 1, 2
+
+
+class CliError(Exception):
+    """A failure worth one clear line."""
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+async def _client(settings: Settings) -> CapstanClient:
+    try:
+        return await asyncio.wait_for(CapstanClient.connect(settings), 10)
+    except Exception as exc:
+        hint = (
+            "start one with `capstan server` (or `capstan worker`)"
+            if settings.embedded
+            else "check TEMPORAL_ADDRESS"
+        )
+        raise CliError(f"no Temporal server answers at {settings.address}: {hint}") from exc
+
+
+def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
+    output = client.content().resolve(result.output) if result.output is not None else ""
+    lines = [f"run {result.run_id}: {result.terminal_reason.value} after {result.steps} steps"]
+    if output:
+        lines.append(f"output: {output}")
+    if result.error:
+        lines.append(f"reason: {result.error}")
+    u = result.usage
+    lines.append(f"usage: {u.input_tokens} input tokens, {u.output_tokens} output tokens, "
+                 f"{u.model_calls} model calls, {u.tool_calls} tool calls")
+    return lines
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    spec = RunSpec(
+        task=args.task,
+        model=args.model,
+        max_steps=args.max_steps,
+        run_id=args.id,
+        finish_mode=FinishMode(args.finish_mode),
+        system_prompt=args.system,
+    )
+    run_id = await client.start_run(spec)
+    if not args.wait:
+        _print_json({"run_id": run_id}) if args.json else print(run_id)
+        return EXIT_OK
+    result = await client.result(run_id)
+    if args.json:
+        _print_json(result.model_dump(mode="json"))
+    else:
+        print("\n".join(_result_lines(result, client)))
+    return EXIT_OK if result.terminal_reason is TerminalReason.COMPLETED else EXIT_RUN_NOT_COMPLETED
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    status = await client.status(args.run_id)
+    if args.json:
+        _print_json(status.model_dump(mode="json"))
+        return EXIT_OK
+    reason = status.terminal_reason.value if status.terminal_reason else "-"
+    print(f"run {status.run_id}: phase {status.phase}, step {status.step}, terminal {reason}")
+    if status.output is not None:
+        print(f"output: {client.content().resolve(status.output)}")
+    if status.error:
+        print(f"reason: {status.error}")
+    return EXIT_OK
+
+
+async def cmd_transcript(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    steps = build_transcript(client.content(), await client.transcript_view(args.run_id))
+    if args.json:
+        _print_json([s.model_dump(mode="json") for s in steps])
+    else:
+        for step in steps:
+            print("\n".join(format_step(step)))
+    return EXIT_OK
+
+
+async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    rows = [r async for r in client.list_runs(args.limit)]
+    if args.json:
+        _print_json([{"run_id": r.run_id, "status": r.status, "started": r.started} for r in rows])
+    else:
+        for r in rows:
+            print(f"{r.run_id}\t{r.status}\t{r.started}")
+    return EXIT_OK
+
+
+async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    async for item in follow(client, args.run_id):
+        if isinstance(item, RunResult):
+            print("\n".join(_result_lines(item, client)))
+            return EXIT_OK if item.terminal_reason is TerminalReason.COMPLETED else 1
+        print("\n".join(format_step(item)), flush=True)
+    return EXIT_OK
+
+
+async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    await client.cancel(args.run_id, args.reason)
+    print(f"cancel requested for {args.run_id}; it ends at its next step boundary")
+    return EXIT_OK
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.embedded import EmbeddedServer
+
+    if not settings.embedded:
+        raise CliError("TEMPORAL_ADDRESS is set: there is no embedded server to run")
+    async with EmbeddedServer(settings.data_dir, settings.embedded_port) as server:
+        state = "already running at" if server.reused else "listening on"
+        print(f"Temporal dev server {state} {server.address} (data: {settings.data_dir})", flush=True)
+        await _until_signalled()
+    return EXIT_OK
+
+
+async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    import worker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await worker.run_worker(settings, stop)
+    return EXIT_OK
+
+
+async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.demo import run_demo
+
+    return await run_demo(settings)
+
+
+Command = Callable[[argparse.Namespace, Settings], Awaitable[int]]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="capstan", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("run", cmd_run, "start an agent run and print its id (or wait for its result)")
+    p.add_argument("task")
+    p.add_argument("--model", default="default", help="model profile (default: CAPSTAN_MODEL)")
+    p.add_argument("--max-steps", type=int, default=25)
+    p.add_argument("--id", default=None, help="run id (default: generated)")
+    p.add_argument("--finish-mode", choices=[m.value for m in FinishMode], default="tool")
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--wait", action="store_true", help="wait and print the result")
+    p.add_argument("--json", action="store_true")
+    for name, fn, text in (
+        ("status", cmd_status, "phase, step, terminal reason, output and usage of a run"),
+        ("transcript", cmd_transcript, "every step of a run with refs resolved"),
+    ):
+        p = add(name, fn, text)
+        p.add_argument("run_id")
+        p.add_argument("--json", action="store_true")
+    p = add("ls", cmd_ls, "list runs, newest first")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p = add("watch", cmd_watch, "follow a run's steps as they happen, until it ends")
+    p.add_argument("run_id")
+    p = add("cancel", cmd_cancel, "end a run at its next step boundary")
+    p.add_argument("run_id")
+    p.add_argument("--reason", default="")
+    add("server", cmd_server, "run the embedded Temporal dev server in the foreground")
+    add("worker", cmd_worker, "run a worker (starting the embedded server if needed)")
+    add("demo", cmd_demo, "start the embedded server and a worker, run one agent, show it")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    if args.command == "worker":
+        logging.getLogger().setLevel(logging.INFO)
+    try:
+        code = asyncio.run(args.fn(args, Settings.from_env()))
+    except CliError as exc:
+        print(f"capstan: {exc}", file=sys.stderr)
+        code = EXIT_ERROR
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:
+        print(f"capstan: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = EXIT_ERROR
+    sys.exit(code)

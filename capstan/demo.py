@@ -1,0 +1,94 @@
+"""`capstan demo`: the embedded server, a worker and one agent run, shown step by step.
+
+With `CAPSTAN_MODEL` set, the run uses that model. Without it, the demo says what to set and then
+runs against a scripted offline model (the same fake provider the tests use), so a fresh machine
+still sees a durable run end to end: tool calls, observations, a file write and a result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from capstan.client import CapstanClient
+from capstan.config import Settings
+from capstan.spec import RunResult, RunSpec, TerminalReason
+from capstan.testing.fake_provider import FakeProvider, Reply, call, say
+from capstan.watch import follow, format_step
+
+__all__ = ["run_demo"]
+
+NOTES = "Capstan demo notes\nThe harbour crane lifts 42 containers an hour.\n"
+TASK = (
+    "List the workspace, read notes.txt, write a one-line summary of it to summary.txt, "
+    "then finish with the number of containers the crane lifts per hour."
+)
+
+NO_MODEL = (
+    "No model is configured. For a real model set:\n"
+    "  CAPSTAN_MODEL=openai:<model>   OPENAI_API_KEY=<key>   "
+    "(OPENAI_BASE_URL=<url> for Ollama, vLLM, llama.cpp or any OpenAI-compatible server)\n"
+    "Running the demo with Capstan's scripted offline model instead.\n"
+)
+
+
+def _scripted(step: int, messages: list[dict[str, Any]]) -> Reply:
+    """An offline 'model' that reads its observations, so the answer comes from the file."""
+    observed = [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+    if step == 0:
+        return say(call("list_dir"), content="Let me look at the workspace first.")
+    if step == 1:
+        return say(call("read_file", path="notes.txt"), content="notes.txt is there; reading it.")
+    fact = next((line for text in observed for line in text.splitlines() if "crane" in line), "")
+    if step == 2:
+        return say(call("write_file", path="summary.txt", content=fact), content="Summarising.")
+    number = next((w for w in fact.split() if w.isdigit()), "unknown")
+    return say(call("finish", answer=f"{number} containers an hour"), content="Done.")
+
+
+@contextlib.contextmanager
+def _model_env() -> Iterator[dict[str, str]]:
+    env = dict(os.environ)
+    if env.get("CAPSTAN_MODEL"):
+        yield env
+        return
+    print(NO_MODEL, flush=True)
+    with FakeProvider(_scripted, model="capstan-scripted-demo") as fake:
+        env.update({"CAPSTAN_MODEL": "openai:scripted-demo", "OPENAI_BASE_URL": fake.base_url})
+        yield env
+
+
+async def run_demo(settings: Settings) -> int:
+    import worker
+
+    workspace = settings.workspace_dir
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "notes.txt").write_text(NOTES, encoding="utf-8")
+    with _model_env() as env:
+        async with worker.temporal_for(settings) as temporal, httpx.AsyncClient() as http:
+            async with worker.build_worker(temporal, settings, http, env):
+                client = CapstanClient(temporal, settings)
+                run_id = await client.start_run(RunSpec(task=TASK, max_steps=10))
+                print(f"started run {run_id} on {settings.address} (workspace: {workspace})")
+                result = await _show(client, run_id)
+    summary = workspace / "summary.txt"
+    if summary.exists():
+        print(f"summary.txt: {summary.read_text(encoding='utf-8').strip()}")
+    return 0 if result.terminal_reason is TerminalReason.COMPLETED else 1
+
+
+async def _show(client: CapstanClient, run_id: str) -> RunResult:
+    async for item in follow(client, run_id):
+        if isinstance(item, RunResult):
+            output = client.content().resolve(item.output) if item.output is not None else ""
+            print(f"\nresult: {item.terminal_reason.value} after {item.steps} steps")
+            print(f"answer: {output}" if output else f"reason: {item.error}")
+            print(json.dumps(item.usage.model_dump(), sort_keys=True))
+            return item
+        print("\n".join(format_step(item)), flush=True)
+    raise RuntimeError("the run ended without a result")
