@@ -54,8 +54,10 @@ def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
     if result.error:
         lines.append(f"reason: {result.error}")
     u = result.usage
-    lines.append(f"usage: {u.input_tokens} input tokens, {u.output_tokens} output tokens, "
-                 f"{u.model_calls} model calls, {u.tool_calls} tool calls")
+    lines.append(
+        f"usage: {u.input_tokens} input tokens, {u.output_tokens} output tokens, "
+        f"{u.model_calls} model calls, {u.tool_calls} tool calls"
+    )
     return lines
 
 
@@ -150,7 +152,9 @@ async def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
         raise CliError("TEMPORAL_ADDRESS is set: there is no embedded server to run")
     async with EmbeddedServer(settings.data_dir, settings.embedded_port) as server:
         state = "already running at" if server.reused else "listening on"
-        print(f"Temporal dev server {state} {server.address} (data: {settings.data_dir})", flush=True)
+        print(
+            f"Temporal dev server {state} {server.address} (data: {settings.data_dir})", flush=True
+        )
         await _until_signalled()
     return EXIT_OK
 

@@ -37,6 +37,9 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["AgentWorkflow"]
 
+# An Annotated union is not a `type` to mypy, but the pydantic converter decodes it.
+TOOL_OUTCOME: type = ToolOutcome  # type: ignore[assignment]
+
 MODEL_NON_RETRYABLE = ["ModelBadRequest", "ModelAuthError", "ModelNotFound", "ModelConfigError"]
 
 
@@ -169,7 +172,7 @@ class AgentWorkflow:
                     result: ToolOutcome = await workflow.execute_activity(
                         "run_tool",
                         call,
-                        result_type=ToolOutcome,  # type: ignore[arg-type]
+                        result_type=TOOL_OUTCOME,
                         start_to_close_timeout=timedelta(seconds=timeout),
                         heartbeat_timeout=timedelta(seconds=tuning.tool_heartbeat),
                         retry_policy=RetryPolicy(maximum_attempts=tuning.tool_max_attempts),
@@ -190,7 +193,8 @@ def _describe(exc: ActivityError) -> tuple[str, str]:
     """A short kind and a clear message for an activity that failed for good."""
     cause = exc.cause
     if isinstance(cause, TimeoutError):
-        return "timeout", f"timed out ({cause.type.name.lower().replace('_', '-')})"
+        kind = cause.type.name.lower().replace("_", "-") if cause.type else "unknown"
+        return "timeout", f"timed out ({kind})"
     if isinstance(cause, ApplicationError):
         return cause.type or "ApplicationError", cause.message
     return type(cause).__name__ if cause else "ActivityError", str(cause or exc)

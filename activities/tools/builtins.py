@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.tools.registry import ToolContext, tool
+from activities.tools.registry import ToolContext, ToolFunction, tool
 from activities.tools.workspace import inside_workspace
 from capstan.tooling import FINISH_TOOL, ToolSpec
 
@@ -96,4 +96,4 @@ async def read_result(ctx: ToolContext, ref: str, offset: int = 0, limit: int = 
     return f"[characters {offset}-{end} of {len(text)}.{more}]\n{chunk}"
 
 
-BUILTIN_TOOLS = [read_file, write_file, list_dir, read_result]
+BUILTIN_TOOLS: list[ToolFunction] = [read_file, write_file, list_dir, read_result]

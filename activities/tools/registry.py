@@ -22,7 +22,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, TypeVar, get_type_hints, overload
 
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from capstan.blobstore import ContentStore
 from capstan.tooling import ToolSpec
 
-__all__ = ["Tool", "ToolContext", "ToolRegistry", "tool"]
+__all__ = ["Tool", "ToolContext", "ToolFunction", "ToolRegistry", "tool"]
 
 ToolFunction = Callable[..., Awaitable[Any]]
 
@@ -69,16 +69,25 @@ class Tool:
         )
 
 
+F = TypeVar("F", bound=ToolFunction)
+
+
+@overload
+def tool(fn: F) -> F: ...
+@overload
 def tool(
-    fn: ToolFunction | None = None,
+    *, name: str | None = None, read_only: bool = False, timeout_seconds: float | None = None
+) -> Callable[[F], F]: ...
+def tool(
+    fn: F | None = None,
     *,
     name: str | None = None,
     read_only: bool = False,
     timeout_seconds: float | None = None,
-) -> Any:
+) -> F | Callable[[F], F]:
     """Mark an async function as a tool (usable bare or with options)."""
 
-    def mark(f: ToolFunction) -> ToolFunction:
+    def mark(f: F) -> F:
         f.__capstan_tool__ = {  # type: ignore[attr-defined]
             "name": name or f.__name__,
             "read_only": read_only,
