@@ -11,7 +11,12 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    TimeoutError,
+    is_cancelled_exception,
+)
 
 with workflow.unsafe.imports_passed_through():
     from capstan import loop
@@ -158,6 +163,7 @@ class AgentWorkflow:
                 ),
             )
         except ActivityError as exc:
+            _reraise_cancellation(exc)
             kind, message = _describe(exc)
             return ModelFailed(error=message, error_type=kind)
         return ModelReplied(reply=reply)
@@ -179,6 +185,7 @@ class AgentWorkflow:
                     )
                     return result
                 except ActivityError as exc:
+                    _reraise_cancellation(exc)
                     kind, message = _describe(exc)
                     failure = "timeout" if kind == "timeout" else "error"
                     return ToolFailed(call_id=call.call_id, failure=failure, error=message)
@@ -187,6 +194,12 @@ class AgentWorkflow:
             *(one(c, t) for c, t in zip(effect.calls, effect.timeouts, strict=True))
         )
         return ToolsFinished(results=tuple(results))
+
+
+def _reraise_cancellation(exc: ActivityError) -> None:
+    """An activity cancelled because the run was cancelled is the run's cancellation."""
+    if is_cancelled_exception(exc):
+        raise asyncio.CancelledError from exc
 
 
 def _describe(exc: ActivityError) -> tuple[str, str]:

@@ -1,0 +1,52 @@
+"""Helpers for integration tests: a worker on the test's own task queue, history recording."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio.client import Client, WorkflowHandle
+
+from capstan.config import Settings
+from capstan.testing.fake_provider import FakeProvider
+from worker import build_worker
+
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
+
+
+def model_env(fake: FakeProvider) -> dict[str, str]:
+    return {
+        "CAPSTAN_MODEL": "openai:fake",
+        "OPENAI_BASE_URL": fake.base_url,
+        "OPENAI_API_KEY": "sk-test-secret-key-123456",
+    }
+
+
+@contextlib.asynccontextmanager
+async def running_worker(
+    temporal: Client, settings: Settings, fake: FakeProvider, **options: Any
+) -> AsyncIterator[None]:
+    async with (
+        httpx.AsyncClient() as http,
+        build_worker(temporal, settings, http, model_env(fake), **options),
+    ):
+        yield
+
+
+async def history_events(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
+    history = await handle.fetch_history()
+    return list(json.loads(history.to_json())["events"])
+
+
+async def record_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
+    """Write the run's history into tests/histories/ when CAPSTAN_RECORD_HISTORIES=1."""
+    if os.environ.get("CAPSTAN_RECORD_HISTORIES") != "1":
+        return
+    history = await handle.fetch_history()
+    HISTORIES.mkdir(exist_ok=True)
+    (HISTORIES / f"{name}.json").write_text(history.to_json())

@@ -1,0 +1,244 @@
+"""Runs through a real dev server, a real worker and a fake provider on a real socket."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from capstan.client import CapstanClient
+from capstan.config import Settings
+from capstan.spec import ActivityTuning, FinishMode, RunSpec, TerminalReason
+from capstan.testing.fake_provider import FakeProvider, Fault, call, say
+from capstan.transcript import build_transcript
+from tests.integration.helpers import history_events, record_history, running_worker
+
+pytestmark = pytest.mark.server
+
+FAST = ActivityTuning(model_initial_retry=0.1, model_max_retry=0.2, model_max_attempts=3)
+
+
+def spec(task: str = "do the task", **kw: object) -> RunSpec:
+    return RunSpec(task=task, tuning=FAST, **kw)  # type: ignore[arg-type]
+
+
+PARALLEL_SCRIPT = [
+    say(call("list_dir"), content="Looking around."),
+    say(
+        call("read_file", path="a.txt"),
+        call("read_file", path="b.txt"),
+        call("write_file", path="out/c.txt", content="merged"),
+        content="Reading both files and writing the merge.",
+    ),
+    say(call("finish", answer="a+b"), content="All done."),
+]
+
+
+async def _parallel_run(temporal: Client, settings: Settings, workspace: Path, **opts: object):
+    (workspace / "a.txt").write_text("alpha")
+    (workspace / "b.txt").write_text("beta")
+    with FakeProvider(PARALLEL_SCRIPT) as fake:
+        async with running_worker(temporal, settings, fake, **opts):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(spec())
+            result = await client.result(run_id)
+            steps = build_transcript(client.content(), await client.transcript_view(run_id))
+    return client, run_id, result, steps, fake
+
+
+async def test_multi_step_run_with_parallel_tools(temporal, settings, workspace) -> None:
+    client, run_id, result, steps, fake = await _parallel_run(temporal, settings, workspace)
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert result.output == "a+b" and result.steps == 3
+    assert result.usage.model_calls == 3 and result.usage.tool_calls == 4
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert steps[0].thought == "Looking around."
+    assert "a.txt (5 bytes)" in (steps[0].tool_calls[0].observation or "")
+    observed = {c.arguments: c.observation for c in steps[1].tool_calls}
+    assert observed['{"path": "a.txt"}'] == "alpha"
+    assert observed['{"path": "b.txt"}'] == "beta"
+    assert (workspace / "out" / "c.txt").read_text() == "merged"
+    # the model saw every observation, in the turn's order
+    tool_msgs = [m for m in fake.requests[2]["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_msgs] == [
+        "call_0_0",
+        "call_1_0",
+        "call_1_1",
+        "call_1_2",
+    ]
+    # the three tools of step 2 were scheduled before any of them completed
+    events = await history_events(client.handle(run_id))
+    kinds = [e["eventType"] for e in events]
+    scheduled = [i for i, e in enumerate(events) if _is_run_tool(e)]
+    first_done = next(i for i in scheduled if True)
+    assert len(scheduled) == 4
+    assert "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" not in kinds[scheduled[1] : scheduled[3]]
+    assert first_done == scheduled[0]
+    await record_history(client.handle(run_id), "parallel_tools")
+
+
+def _is_run_tool(event: dict) -> bool:
+    attrs = event.get("activityTaskScheduledEventAttributes")
+    return bool(attrs) and attrs["activityType"]["name"] == "run_tool"
+
+
+async def test_run_replays_on_every_task(temporal, settings, workspace) -> None:
+    _, _, result, steps, _ = await _parallel_run(
+        temporal, settings, workspace, max_cached_workflows=0
+    )
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert len(steps) == 3
+
+
+async def test_secrets_never_enter_history(temporal, settings, workspace) -> None:
+    client, run_id, *_ = await _parallel_run(temporal, settings, workspace)
+    history = json.dumps(await history_events(client.handle(run_id)))
+    assert "sk-test-secret-key" not in history
+    assert "OPENAI" not in history and "127.0.0.1" not in history
+
+
+async def test_text_finish_mode(temporal, settings) -> None:
+    with FakeProvider([say(content="plain answer")]) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(spec(finish_mode=FinishMode.TEXT))
+            result = await client.result(run_id)
+            await record_history(client.handle(run_id), "text_mode")
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert result.output == "plain answer"
+
+
+async def test_max_steps_and_tool_errors_are_observed(temporal, settings, workspace) -> None:
+    script = [
+        say(call("read_file", path="missing.txt")),
+        say(call("read_file", path="../etc/passwd")),
+        say(call("read_file", wrong_arg=1)),
+        say(call("no_such_tool")),
+    ]
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(spec(max_steps=4))
+            result = await client.result(run_id)
+            steps = build_transcript(client.content(), await client.transcript_view(run_id))
+            await record_history(client.handle(run_id), "max_steps_errors")
+    assert result.terminal_reason is TerminalReason.MAX_STEPS
+    obs = [s.tool_calls[0].observation or "" for s in steps]
+    assert obs[0].startswith("Error (error): FileNotFoundError")
+    assert "leaves the workspace" in obs[1]
+    assert obs[2].startswith("Error (invalid_arguments)") and "path" in obs[2]
+    assert "unknown tool 'no_such_tool'" in obs[3]
+
+
+async def test_rate_limit_is_retried_with_retry_after(temporal, settings) -> None:
+    faults = {0: Fault(429, headers=(("retry-after", "0.2"),), times=1)}
+    with FakeProvider([say(call("finish", answer="ok"))], faults=faults) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            result = await client.result(await client.start_run(spec()))
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert fake.steps_seen() == [0, 0]
+
+
+@pytest.mark.parametrize(
+    ("status", "attempts", "text"),
+    [(401, 1, "HTTP 401"), (500, 3, "HTTP 500"), (404, 1, "HTTP 404")],
+)
+async def test_model_errors_end_the_run(temporal, settings, status, attempts, text) -> None:
+    body = '{"error": {"message": "bad key sk-test-secret-key-123456"}}'
+    faults = {0: Fault(status, body=body, times=99)}
+    with FakeProvider([say(call("finish", answer="never"))], faults=faults) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            result = await client.result(await client.start_run(spec()))
+    assert result.terminal_reason is TerminalReason.MODEL_ERROR
+    assert result.error is not None and text in result.error
+    assert "sk-test-secret" not in result.error
+    assert len(fake.requests) == attempts
+
+
+async def test_dead_provider_ends_with_model_error(temporal, settings) -> None:
+    fake = FakeProvider([])
+    with fake:
+        pass  # started and stopped: the port now refuses connections
+    async with running_worker(temporal, settings, fake):
+        client = CapstanClient(temporal, settings)
+        result = await client.result(await client.start_run(spec()))
+    assert result.terminal_reason is TerminalReason.MODEL_ERROR
+    assert result.error is not None and "unreachable" in result.error
+
+
+async def test_no_model_configured_says_what_to_set(temporal, settings) -> None:
+    import httpx
+
+    from worker import build_worker
+
+    async with httpx.AsyncClient() as http, build_worker(temporal, settings, http, {}):
+        client = CapstanClient(temporal, settings)
+        result = await client.result(await client.start_run(spec()))
+    assert result.terminal_reason is TerminalReason.MODEL_ERROR
+    assert result.error is not None and "CAPSTAN_MODEL=openai:" in result.error
+
+
+async def test_malformed_model_output_ends_cleanly(temporal, settings) -> None:
+    faults = {0: Fault(200, body='{"choices": "nope"}', times=99)}
+    with FakeProvider([], faults=faults) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            result = await client.result(await client.start_run(spec()))
+    assert result.terminal_reason is TerminalReason.MODEL_ERROR
+    assert result.error is not None and "malformed" in result.error
+
+
+async def test_cancel_signal_ends_run_cancelled(temporal, settings) -> None:
+    script = [say(call("list_dir"), hold=1.0), say(call("finish", answer="too late"))]
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(spec())
+            await _wait_for(fake)
+            await client.cancel(run_id, reason="operator stop")
+            result = await client.result(run_id)
+    assert result.terminal_reason is TerminalReason.CANCELLED
+    assert result.error == "operator stop"
+    assert fake.steps_seen() == [0]
+
+
+async def test_temporal_cancellation_ends_run_cancelled(temporal, settings) -> None:
+    script = [say(call("list_dir"), hold=1.0), say(call("finish", answer="too late"))]
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(spec())
+            await _wait_for(fake)
+            await client.handle(run_id).cancel()
+            result = await client.result(run_id)
+    assert result.terminal_reason is TerminalReason.CANCELLED
+
+
+async def test_continue_as_new_carries_the_run(temporal, settings, workspace) -> None:
+    script = [say(call("list_dir")) for _ in range(5)] + [say(call("finish", answer="done"))]
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(spec(continue_as_new_every=2))
+            result = await client.result(run_id)
+            status = await client.status(run_id)
+            steps = build_transcript(client.content(), await client.transcript_view(run_id))
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert result.steps == 6 and status.continued == 2
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5, 6]
+    # after each continue-as-new the model still received the whole conversation
+    assert [len(r["messages"]) for r in fake.requests] == [2, 4, 6, 8, 10, 12]
+
+
+async def _wait_for(fake: FakeProvider) -> None:
+    import asyncio
+
+    for _ in range(200):
+        if fake.arrived.is_set():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the model was never called")
