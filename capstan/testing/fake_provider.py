@@ -26,6 +26,8 @@ __all__ = ["FakeProvider", "Fault", "Reply", "call", "say"]
 
 @dataclass(frozen=True)
 class Reply:
+    """A scripted reply. `hold_seconds` delays the first attempt of its step only."""
+
     content: str = ""
     tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     hold_seconds: float = 0.0
@@ -65,6 +67,7 @@ class FakeProvider:
         self._attempts: dict[int, int] = {}
         self._lock = threading.Lock()
         self.arrived = threading.Event()
+        self._seen = threading.Condition()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -93,12 +96,21 @@ class FakeProvider:
             attempt = self._attempts.get(step, 0)
             self._attempts[step] = attempt + 1
         self.arrived.set()
+        with self._seen:
+            self._seen.notify_all()
         fault = self.faults.get(step)
         if fault is not None and attempt < fault.times:
             return fault.status, dict(fault.headers), fault.body.encode(), 0.0
         reply = self._scripted(step, messages)
         payload = _completion(reply, step, self.model)
-        return 200, {}, json.dumps(payload).encode(), reply.hold_seconds
+        hold = reply.hold_seconds if attempt == 0 else 0.0
+        return 200, {}, json.dumps(payload).encode(), hold
+
+    def wait_for_step(self, step: int, timeout: float = 60.0) -> None:
+        """Block until a request for `step` has arrived (AssertionError on timeout)."""
+        with self._seen:
+            if not self._seen.wait_for(lambda: step in self._attempts, timeout):
+                raise AssertionError(f"the model was not called for step {step} in {timeout}s")
 
     def _scripted(self, step: int, messages: list[dict[str, Any]]) -> Reply:
         if callable(self.script):

@@ -16,6 +16,7 @@ from capstan.config import Settings
 from capstan.testing.fake_provider import FakeProvider
 from worker import build_worker
 
+SECRET_KEY = "sk-test-secret-key-123456"
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 

@@ -72,10 +72,9 @@ async def test_multi_step_run_with_parallel_tools(temporal, settings, workspace)
     events = await history_events(client.handle(run_id))
     kinds = [e["eventType"] for e in events]
     scheduled = [i for i, e in enumerate(events) if _is_run_tool(e)]
-    first_done = next(i for i in scheduled if True)
     assert len(scheduled) == 4
+    # the three calls of step 2 are scheduled by one workflow task, before any completes
     assert "EVENT_TYPE_ACTIVITY_TASK_COMPLETED" not in kinds[scheduled[1] : scheduled[3]]
-    assert first_done == scheduled[0]
     await record_history(client.handle(run_id), "parallel_tools")
 
 
