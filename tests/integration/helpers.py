@@ -45,9 +45,14 @@ async def history_events(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any
 
 
 async def record_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """Write the run's history into tests/histories/ when CAPSTAN_RECORD_HISTORIES=1."""
-    if os.environ.get("CAPSTAN_RECORD_HISTORIES") != "1":
+    """Write the run's history into tests/histories/ when CAPSTAN_RECORD_HISTORIES=1.
+
+    An existing file is kept: histories of earlier versions must go on replaying. Record a new
+    scenario under a new name (or delete a file on purpose, with a reason in the commit).
+    """
+    target = HISTORIES / f"{name}.json"
+    if os.environ.get("CAPSTAN_RECORD_HISTORIES") != "1" or target.exists():
         return
     history = await handle.fetch_history()
     HISTORIES.mkdir(exist_ok=True)
-    (HISTORIES / f"{name}.json").write_text(history.to_json())
+    target.write_text(history.to_json())

@@ -16,7 +16,7 @@ from capstan.config import Settings
 from capstan.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
 from capstan.transcript import build_transcript
-from tests.integration.helpers import model_env
+from tests.integration.helpers import model_env, record_history
 
 pytestmark = [pytest.mark.server, pytest.mark.crash, pytest.mark.slow]
 
@@ -65,6 +65,7 @@ async def test_worker_killed_during_model_call(temporal, settings: Settings) -> 
         try:
             result = await asyncio.wait_for(client.result(run_id), 60)
             steps = build_transcript(client.content(), await client.transcript_view(run_id))
+            await record_history(client.handle(run_id), "worker_killed_during_model_call")
         finally:
             second.terminate()
             second.wait(timeout=15)

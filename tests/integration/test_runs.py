@@ -189,6 +189,7 @@ async def test_malformed_model_output_ends_cleanly(temporal, settings) -> None:
             result = await client.result(await client.start_run(spec()))
     assert result.terminal_reason is TerminalReason.MODEL_ERROR
     assert result.error is not None and "malformed" in result.error
+    await record_history(client.handle(result.run_id), "malformed_model_output")
 
 
 async def test_cancel_signal_ends_run_cancelled(temporal, settings) -> None:
@@ -200,6 +201,7 @@ async def test_cancel_signal_ends_run_cancelled(temporal, settings) -> None:
             await _wait_for(fake)
             await client.cancel(run_id, reason="operator stop")
             result = await client.result(run_id)
+            await record_history(client.handle(run_id), "cancel_signal")
     assert result.terminal_reason is TerminalReason.CANCELLED
     assert result.error == "operator stop"
     assert fake.steps_seen() == [0]
@@ -226,6 +228,7 @@ async def test_continue_as_new_carries_the_run(temporal, settings, workspace) ->
             result = await client.result(run_id)
             status = await client.status(run_id)
             steps = build_transcript(client.content(), await client.transcript_view(run_id))
+            await record_history(client.handle(run_id), "continued_as_new")
     assert result.terminal_reason is TerminalReason.COMPLETED
     assert result.steps == 6 and status.continued == 2
     assert [s.step for s in steps] == [1, 2, 3, 4, 5, 6]
