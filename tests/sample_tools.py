@@ -56,3 +56,18 @@ async def explode(reason: str = "boom") -> str:
 
 
 tools: list[ToolFunction] = [append_line, shout, explode]
+
+
+@tool(read_only=True)
+async def big_output(size: int = 20_000, seed: int = 0) -> str:
+    """Return `size` bytes of distinct text (a large tool result).
+
+    Args:
+        size: How many bytes to return.
+        seed: Makes the output differ between calls.
+    """
+    line = f"row {seed:06d} " + "x" * 50 + "\n"
+    return (line * (size // len(line) + 1))[:size]
+
+
+tools.append(big_output)
