@@ -12,7 +12,7 @@ import importlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -52,6 +52,7 @@ def build_worker(
     settings: Settings,
     http: httpx.AsyncClient,
     env: Mapping[str, str] | None = None,
+    extra_workflows: Sequence[type] = (),
     **worker_options: object,
 ) -> Worker:
     """A worker with the agent workflow and every activity, dependencies injected."""
@@ -66,7 +67,7 @@ def build_worker(
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[AgentWorkflow],
+        workflows=[AgentWorkflow, *extra_workflows],
         activities=[models.call_model, tools.list_tools, tools.run_tool],
         **options,  # type: ignore[arg-type]
     )

@@ -51,9 +51,5 @@ def test_broken_history_differs_from_its_source_only_in_one_activity_type() -> N
     """The broken fixture is the parallel-tools history with one activity renamed."""
     good = json.loads((HISTORIES / "parallel_tools.json").read_text())
     bad = json.loads((HISTORIES / "broken" / "parallel_tools_renamed_activity.json").read_text())
-    diffs = [
-        (g, b)
-        for g, b in zip(good["events"], bad["events"], strict=True)
-        if g != b
-    ]
+    diffs = [(g, b) for g, b in zip(good["events"], bad["events"], strict=True) if g != b]
     assert len(diffs) == 1

@@ -35,9 +35,7 @@ def _is_model_call(event: dict[str, Any]) -> bool:
 
 async def measure_history(client: Client, workflow_id: str) -> HistoryStats:
     """Bytes and events of every step of the run, oldest run of the chain first."""
-    run_ids = [
-        wf.run_id async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'")
-    ]
+    run_ids = [wf.run_id async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     events: list[dict[str, Any]] = []
     for run_id in reversed(run_ids):  # visibility lists newest first
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
