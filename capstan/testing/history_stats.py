@@ -29,8 +29,8 @@ class HistoryStats:
 
 
 def _is_model_call(event: dict[str, Any]) -> bool:
-    attrs = event.get("activityTaskScheduledEventAttributes")
-    return bool(attrs) and attrs["activityType"]["name"] == "call_model"
+    attrs = event.get("activityTaskScheduledEventAttributes") or {}
+    return bool(attrs.get("activityType", {}).get("name") == "call_model")
 
 
 async def measure_history(client: Client, workflow_id: str) -> HistoryStats:
