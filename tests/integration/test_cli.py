@@ -1,0 +1,71 @@
+"""The `capstan` command as a user runs it: a subprocess, exit codes, --json shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capstan.config import Settings
+from capstan.testing.fake_provider import FakeProvider, call, say
+from tests.integration.helpers import running_worker
+
+pytestmark = pytest.mark.server
+
+
+def capstan(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.address,
+        "CAPSTAN_TASK_QUEUE": settings.task_queue,
+        "CAPSTAN_DATA_DIR": str(settings.data_dir),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "capstan", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_run_wait_json_status_and_ls(temporal, settings: Settings) -> None:
+    with FakeProvider([say(call("list_dir")), say(call("finish", answer="cli ok"))]) as fake:
+        async with running_worker(temporal, settings, fake):
+            done = await asyncio.to_thread(
+                capstan, settings, "run", "use the cli", "--id", "cli-run-1", "--wait", "--json"
+            )
+            status = await asyncio.to_thread(capstan, settings, "status", "cli-run-1", "--json")
+            transcript = await asyncio.to_thread(capstan, settings, "transcript", "cli-run-1")
+            listing = await asyncio.to_thread(capstan, settings, "ls", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["terminal_reason"] == "completed" and result["output"] == "cli ok"
+    assert set(result) == {"run_id", "terminal_reason", "output", "error", "steps", "usage"}
+    assert json.loads(status.stdout)["phase"] == "finished"
+    assert "call    list_dir({})" in transcript.stdout
+    assert any(r["run_id"] == "cli-run-1" for r in json.loads(listing.stdout))
+
+
+async def test_not_completed_run_exits_non_zero(temporal, settings: Settings) -> None:
+    with FakeProvider([say(call("list_dir"))]) as fake:
+        async with running_worker(temporal, settings, fake):
+            done = await asyncio.to_thread(
+                capstan, settings, "run", "loop", "--max-steps", "1", "--wait"
+            )
+    assert done.returncode == 1
+    assert "max_steps after 1 steps" in done.stdout
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    settings = Settings(temporal_address="127.0.0.1:1", data_dir=tmp_path)
+    done = capstan(settings, "status", "nope")
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0
+    assert "no Temporal server answers at 127.0.0.1:1" in done.stderr

@@ -1,0 +1,55 @@
+"""The embedded dev server: persistence across restarts, reuse, a port held by something else."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from capstan.client import CapstanClient, connect_temporal
+from capstan.config import Settings
+from capstan.embedded import EmbeddedServer, EmbeddedServerError
+from capstan.spec import RunSpec, TerminalReason
+from capstan.testing.fake_provider import FakeProvider, call, say
+from tests.conftest import free_port
+from tests.integration.helpers import running_worker
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+
+async def test_run_survives_server_restart(tmp_path: Path) -> None:
+    port = free_port()
+    settings = Settings(data_dir=tmp_path, temporal_address=f"127.0.0.1:{port}", task_queue="q")
+    async with EmbeddedServer(tmp_path, port):
+        client = CapstanClient(await connect_temporal(settings), settings)
+        run_id = await client.start_run(RunSpec(task="survive"))  # no worker yet
+    assert (tmp_path / "temporal.db").exists()
+    async with EmbeddedServer(tmp_path, port) as server:
+        assert not server.reused
+        temporal = await connect_temporal(settings)
+        with FakeProvider([say(call("finish", answer="persisted"))]) as fake:
+            async with running_worker(temporal, settings, fake):
+                result = await CapstanClient(temporal, settings).result(run_id)
+    assert result.terminal_reason is TerminalReason.COMPLETED and result.output == "persisted"
+
+
+async def test_running_server_is_reused(dev_server: EmbeddedServer, tmp_path: Path) -> None:
+    port = int(dev_server.address.rsplit(":", 1)[1])
+    second = EmbeddedServer(tmp_path, port)
+    await second.start()
+    assert second.reused and second.process is None
+    second.stop()  # must not stop the server it did not start
+    assert dev_server.process is not None and dev_server.process.poll() is None
+
+
+async def test_port_taken_by_something_else(tmp_path: Path) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        with pytest.raises(EmbeddedServerError) as err:
+            await EmbeddedServer(tmp_path, port).start()
+    message = str(err.value)
+    assert f"port {port}" in message and "not a Temporal server" in message
+    assert "\n" not in message

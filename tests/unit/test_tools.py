@@ -1,0 +1,125 @@
+"""Tool schemas from signatures, the workspace fence, the run_tool activity's outcomes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from activities.tool_runner import ToolActivities
+from activities.tools.builtins import BUILTIN_TOOLS, FINISH_SPEC
+from activities.tools.registry import ToolContext, ToolRegistry, tool
+from activities.tools.workspace import WorkspaceError, inside_workspace
+from capstan.activity_io import ListToolsInput, RunToolInput
+from capstan.blobstore import ContentStore, LocalBlobStore
+from capstan.content import BlobRef
+from capstan.tooling import ToolFailed, ToolSucceeded
+from tests import sample_tools
+
+
+@tool(read_only=True, timeout_seconds=5)
+async def search(ctx: ToolContext, query: str, limit: int = 3) -> str:
+    """Search the notes.
+
+    Args:
+        query: What to look for.
+        limit: How many hits to return.
+    """
+    return f"{query}:{limit}:{ctx.idempotency_key}"
+
+
+def test_schema_comes_from_signature_and_docstring() -> None:
+    spec = ToolRegistry([search]).get("search").spec()  # type: ignore[union-attr]
+    assert spec.description == "Search the notes."
+    props = spec.parameters["properties"]
+    assert set(props) == {"query", "limit"}  # the context is injected, not exposed
+    assert props["query"]["description"] == "What to look for."
+    assert props["limit"]["default"] == 3 and spec.parameters["required"] == ["query"]
+    assert spec.read_only and spec.timeout_seconds == 5
+
+
+def test_registry_rejects_duplicates_and_sync_functions() -> None:
+    with pytest.raises(ValueError, match="twice"):
+        ToolRegistry([search, search])
+
+    def sync_tool(x: int) -> int:
+        return x
+
+    with pytest.raises(TypeError, match="async"):
+        ToolRegistry([sync_tool])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("bad", ["/etc/passwd", "../x", "a/../../x", "~/x"])
+def test_workspace_refuses_escapes(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(WorkspaceError):
+        inside_workspace(tmp_path, bad)
+
+
+def test_workspace_refuses_symlink_escape(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.symlink(tmp_path, ws / "out")
+    with pytest.raises(WorkspaceError, match="symlink"):
+        inside_workspace(ws, "out/secret")
+    assert inside_workspace(ws, "sub/file.txt") == (ws / "sub" / "file.txt").resolve()
+
+
+@pytest.fixture
+def activities(tmp_path: Path) -> ToolActivities:
+    registry = ToolRegistry([*BUILTIN_TOOLS, search, *sample_tools.tools])
+    registry.add_spec(FINISH_SPEC)
+    content = ContentStore(LocalBlobStore(tmp_path / "blobs"))
+    return ToolActivities(registry, content, tmp_path / "ws")
+
+
+def request(name: str, arguments: str, call_id: str = "c1") -> RunToolInput:
+    return RunToolInput(
+        run_id="r",
+        step=2,
+        call_id=call_id,
+        name=name,
+        arguments=arguments,
+        idempotency_key=f"r/2/{call_id}",
+    )
+
+
+async def test_run_tool_outcomes(activities: ToolActivities) -> None:
+    ok = await activities.run_tool(request("search", '{"query": "q"}'))
+    assert isinstance(ok, ToolSucceeded) and ok.output == "q:3:r/2/c1"
+    unknown = await activities.run_tool(request("nope", "{}"))
+    assert isinstance(unknown, ToolFailed) and unknown.failure == "unknown_tool"
+    bad_json = await activities.run_tool(request("search", "{oops"))
+    assert isinstance(bad_json, ToolFailed) and "not valid JSON" in bad_json.error
+    wrong = await activities.run_tool(request("search", '{"query": 1, "extra": 2}'))
+    assert isinstance(wrong, ToolFailed) and wrong.failure == "invalid_arguments"
+    assert "query" in wrong.error and "extra" in wrong.error
+    boom = await activities.run_tool(request("explode", '{"reason": "kaput"}'))
+    assert isinstance(boom, ToolFailed) and boom.error == "RuntimeError: kaput"
+
+
+async def test_large_results_become_refs_and_read_result_pages(activities: ToolActivities) -> None:
+    big = await activities.run_tool(request("big_output", '{"size": 10000}'))
+    assert isinstance(big, ToolSucceeded) and isinstance(big.output, BlobRef)
+    assert big.output.size == 10000 and big.output.tokens > 0
+    args = json.dumps({"ref": big.output.sha256, "offset": 9990, "limit": 50})
+    page = await activities.run_tool(request("read_result", args, "c2"))
+    assert isinstance(page, ToolSucceeded) and isinstance(page.output, str)
+    assert page.output.startswith("[characters 9990-10000 of 10000.]")
+
+
+async def test_file_tools_round_trip(activities: ToolActivities) -> None:
+    await activities.run_tool(request("write_file", '{"path": "d/f.txt", "content": "hé"}'))
+    read = await activities.run_tool(request("read_file", '{"path": "d/f.txt"}'))
+    assert isinstance(read, ToolSucceeded) and read.output == "hé"
+    listing = await activities.run_tool(request("list_dir", "{}"))
+    assert isinstance(listing, ToolSucceeded) and listing.output == "d/"
+
+
+async def test_list_tools_filters_but_always_offers_finish(activities: ToolActivities) -> None:
+    catalog = await activities.list_tools(ListToolsInput(allowed=("read_file", "search")))
+    assert catalog.names == ("finish", "read_file", "search")
+    assert catalog.timeouts == {"search": 5}
+    specs = json.loads(activities.content.read_bytes(catalog.specs_ref.sha256))
+    assert [s["name"] for s in specs] == ["finish", "read_file", "search"]
