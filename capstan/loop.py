@@ -122,7 +122,7 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
             return _on_reply(state, reply)
         case ModelFailed(error=error):
             _expect(state, "thinking", outcome.kind)
-            return _terminate(state, TerminalReason.MODEL_ERROR, error)
+            return _terminate(state, TerminalReason.MODEL_ERROR, error or "the model call failed")
         case ToolsFinished(results=results):
             _expect(state, "acting", outcome.kind)
             return _on_tools_finished(state, results)
@@ -276,14 +276,13 @@ def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> Run
                 step=state.step,
             )
         )
-    executed = sum(1 for r in results)
     return state.model_copy(
         update={
             "phase": "thinking",
             "pending": state.pending + tuple(messages),
             "turn_calls": (),
             "decided": (),
-            "usage": state.usage + Usage(tool_calls=executed),
+            "usage": state.usage + Usage(tool_calls=len(results)),
         }
     )
 
