@@ -7,15 +7,18 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 
 from capstan.client import CapstanClient
 from capstan.config import Settings
-from capstan.spec import ActivityTuning, RunSpec, TerminalReason
+from capstan.spec import ActivityTuning, RunResult, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
-from capstan.transcript import build_transcript
+from capstan.transcript import StepView, build_transcript
 from tests.integration.helpers import model_env, record_history
 
 pytestmark = [pytest.mark.server, pytest.mark.crash, pytest.mark.slow]
@@ -45,67 +48,86 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=10)
 
 
-async def test_worker_killed_during_model_call(temporal, settings: Settings) -> None:
+@dataclass
+class Recovered:
+    client: CapstanClient
+    run_id: str
+    result: RunResult
+    steps: list[StepView]
+
+
+async def kill_and_recover(
+    temporal: Client,
+    settings: Settings,
+    fake: FakeProvider,
+    spec: RunSpec,
+    until: Callable[[CapstanClient, str], Awaitable[None]],
+    history_name: str | None = None,
+) -> Recovered:
+    """Start a worker process and the run, SIGKILL the worker once `until` returns, start a new
+    worker and wait for the run's result."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.workspace_dir.mkdir(parents=True, exist_ok=True)
+    client = CapstanClient(temporal, settings)
+    first = start_worker(settings, fake)
+    try:
+        run_id = await client.start_run(spec)
+        await until(client, run_id)
+    finally:
+        kill(first)
+    second = start_worker(settings, fake)
+    try:
+        result = await asyncio.wait_for(client.result(run_id), 60)
+        steps = build_transcript(client.content(), await client.transcript_view(run_id))
+        if history_name:
+            await record_history(client.handle(run_id), history_name)
+    finally:
+        second.terminate()
+        second.wait(timeout=15)
+    return Recovered(client, run_id, result, steps)
+
+
+async def test_worker_killed_during_model_call(temporal, settings: Settings) -> None:
     script = [
         say(call("append_line", path="log.txt", line="written once")),
         say(call("shout", text="still here"), hold=30.0),  # the first attempt hangs: kill then
         say(call("finish", answer="survived")),
     ]
+
+    async def model_call_in_flight(client: CapstanClient, run_id: str) -> None:
+        await asyncio.to_thread(fake.wait_for_step, 1)
+
     with FakeProvider(script) as fake:
-        first = start_worker(settings, fake)
-        try:
-            client = CapstanClient(temporal, settings)
-            run_id = await client.start_run(RunSpec(task="append and finish", tuning=TUNING))
-            await asyncio.to_thread(fake.wait_for_step, 1)
-        finally:
-            kill(first)
-        second = start_worker(settings, fake)
-        try:
-            result = await asyncio.wait_for(client.result(run_id), 60)
-            steps = build_transcript(client.content(), await client.transcript_view(run_id))
-            await record_history(client.handle(run_id), "worker_killed_during_model_call")
-        finally:
-            second.terminate()
-            second.wait(timeout=15)
-    assert result.terminal_reason is TerminalReason.COMPLETED
-    assert result.output == "survived"
+        spec = RunSpec(task="append and finish", tuning=TUNING)
+        got = await kill_and_recover(
+            temporal, settings, fake, spec, model_call_in_flight, "worker_killed_during_model_call"
+        )
+    assert got.result.terminal_reason is TerminalReason.COMPLETED
+    assert got.result.output == "survived"
     # same trajectory; only the killed model call was attempted twice
     assert fake.steps_seen() == [0, 1, 1, 2]
     assert (settings.workspace_dir / "log.txt").read_text() == "written once\n"
-    assert [c.observation for s in steps for c in s.tool_calls if c.name == "shout"] == [
-        "STILL HERE"
-    ]
+    shouted = [c.observation for s in got.steps for c in s.tool_calls if c.name == "shout"]
+    assert shouted == ["STILL HERE"]
 
 
 async def test_worker_killed_during_tool_applies_effect_once(temporal, settings: Settings) -> None:
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    settings.workspace_dir.mkdir(parents=True, exist_ok=True)
     log = settings.workspace_dir / "log.txt"
     script = [
         say(call("append_line", path="log.txt", line="exactly once", linger=30.0)),
         say(call("finish", answer="done")),
     ]
+
+    async def effect_applied(client: CapstanClient, run_id: str) -> None:
+        for _ in range(400):  # the effect happened; the activity has not returned yet
+            if log.exists():
+                return
+            await asyncio.sleep(0.05)
+
     with FakeProvider(script) as fake:
-        first = start_worker(settings, fake)
-        try:
-            client = CapstanClient(temporal, settings)
-            run_id = await client.start_run(RunSpec(task="append", tuning=TUNING))
-            for _ in range(400):  # the effect happened; the activity has not returned yet
-                if log.exists():
-                    break
-                await asyncio.sleep(0.05)
-        finally:
-            kill(first)
-        second = start_worker(settings, fake)
-        try:
-            result = await asyncio.wait_for(client.result(run_id), 60)
-            steps = build_transcript(client.content(), await client.transcript_view(run_id))
-        finally:
-            second.terminate()
-            second.wait(timeout=15)
-    assert result.terminal_reason is TerminalReason.COMPLETED
+        spec = RunSpec(task="append", tuning=TUNING)
+        got = await kill_and_recover(temporal, settings, fake, spec, effect_applied)
+    assert got.result.terminal_reason is TerminalReason.COMPLETED
     assert log.read_text() == "exactly once\n"
-    observation = steps[0].tool_calls[0].observation or ""
-    assert observation.startswith("already appended (key " + run_id + "/1/call_0_0")
+    observation = got.steps[0].tool_calls[0].observation or ""
+    assert observation.startswith("already appended (key " + got.run_id + "/1/call_0_0")
