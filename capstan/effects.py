@@ -6,15 +6,19 @@ Every member carries a `kind` literal so the unions round-trip through any conve
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from capstan.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
 from capstan.spec import RunResult
+from capstan.steering import SteeringInput
 from capstan.tooling import ToolCatalog, ToolOutcome
 
 __all__ = [
+    "AwaitInput",
+    "Boundary",
     "CallModel",
     "CancelRequested",
     "ContinueAsNew",
@@ -25,6 +29,7 @@ __all__ = [
     "ModelReplied",
     "Outcome",
     "RunTools",
+    "Steered",
     "ToolsFinished",
     "ToolsLoaded",
 ]
@@ -56,6 +61,14 @@ class RunTools(_Frozen):
     timeouts: tuple[float, ...]
 
 
+class AwaitInput(_Frozen):
+    """Wait durably for human input (or until `until`, the earliest expiry)."""
+
+    kind: Literal["await_input"] = "await_input"
+    waiting_for: tuple[str, ...]
+    until: datetime | None = None
+
+
 class ContinueAsNew(_Frozen):
     kind: Literal["continue_as_new"] = "continue_as_new"
 
@@ -65,7 +78,7 @@ class Finish(_Frozen):
     result: RunResult
 
 
-Effect = LoadTools | CallModel | RunTools | ContinueAsNew | Finish
+Effect = LoadTools | CallModel | RunTools | AwaitInput | ContinueAsNew | Finish
 
 
 # Outcomes --------------------------------------------------------------------------------------
@@ -99,4 +112,20 @@ class CancelRequested(_Frozen):
     reason: str = ""
 
 
-Outcome = ToolsLoaded | ModelReplied | ModelFailed | ToolsFinished | CancelRequested
+class Steered(_Frozen):
+    """A human input arrived (signal or update)."""
+
+    kind: Literal["steered"] = "steered"
+    input: SteeringInput
+
+
+class Boundary(_Frozen):
+    """The interpreter is at a step boundary; `now` is workflow time."""
+
+    kind: Literal["boundary"] = "boundary"
+    now: datetime
+
+
+Outcome = (
+    ToolsLoaded | ModelReplied | ModelFailed | ToolsFinished | CancelRequested | Steered | Boundary
+)

@@ -6,25 +6,32 @@ the in-process runner (`capstan.local`) are thin interpreters of it.
 
 One iteration, in order:
 
-1. Boundary: a requested cancellation ends the run; the step limit ends it with `max_steps`;
-   a long segment asks for continue-as-new.
+1. Boundary (the interpreter folds `Boundary(now)` before every decision): a requested
+   cancellation ends the run; a paused run waits for `resume`; expired approvals are settled;
+   live messages are drained into the next model request; the step limit ends the run with
+   `max_steps` or waits for `grant_steps`; a long segment asks for continue-as-new.
 2. Think: `CallModel` with the conversation head and the messages since then.
 3. Check the turn: a text-only reply completes the run (`text` mode) or gets a bounded nudge
    (`tool` mode); `finish` alone with a valid answer completes the run.
-4. Gate: unknown tools and a `finish` mixed with other calls become observations at once.
-5. Act: `RunTools` for the remaining calls (the interpreter runs them in parallel).
-6. Observe: every call of the turn gets exactly one tool message, in the turn's order.
+4. Gate (`capstan.gate`): unknown tools, policy denials and a `finish` mixed with other calls
+   become observations at once; calls that need a human open approval requests or questions,
+   and the run waits (`AwaitInput`) until each is decided, answered or expired.
+5. Act: `RunTools` for the approved calls, with edited arguments where a reviewer edited them.
+6. Observe: every call of the turn gets exactly one tool message, in the turn's order;
+   untrusted output is marked for fencing.
 """
 
 from __future__ import annotations
 
-import json
+from datetime import datetime
 from typing import assert_never
 
 from capstan import nudges
 from capstan.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
 from capstan.content import Text
 from capstan.effects import (
+    AwaitInput,
+    Boundary,
     CallModel,
     CancelRequested,
     ContinueAsNew,
@@ -35,18 +42,25 @@ from capstan.effects import (
     ModelReplied,
     Outcome,
     RunTools,
+    Steered,
     ToolsFinished,
     ToolsLoaded,
 )
-from capstan.messages import Message, ToolCall, Usage
+from capstan.finish import finish_answer
+from capstan.gate import gate_turn
+from capstan.inputs import apply_input
+from capstan.messages import Message, Usage
+from capstan.policy import rule_of_two_applies
 from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
-from capstan.state import RunState
-from capstan.tooling import FINISH_TOOL, ToolFailed, ToolOutcome
+from capstan.state import MAX_RECORDS, RunState
+from capstan.steering import ApprovalRecord, ApprovalRequest, Question
+from capstan.tooling import FINISH_TOOL, ToolFailed, ToolInfo, ToolOutcome, ToolSucceeded
 
 __all__ = [
     "IllegalTransitionError",
     "apply",
     "carry_over",
+    "finish_answer",
     "initial_state",
     "next_effect",
     "observation_text",
@@ -62,8 +76,11 @@ class IllegalTransitionError(RuntimeError):
     """An outcome arrived that the current phase cannot accept: a bug in an interpreter."""
 
 
-def initial_state(spec: RunSpec, run_id: str) -> RunState:
-    """The state of a new run: the system prompt and the task are pending for the first call."""
+def initial_state(spec: RunSpec, run_id: str, *, gating: bool = True) -> RunState:
+    """The state of a new run: the system prompt and the task are pending for the first call.
+
+    `gating=False` reproduces runs recorded before tool policy existed (every known tool runs).
+    """
     system = spec.system_prompt or DEFAULT_SYSTEM_PROMPT
     if spec.finish_mode is FinishMode.TEXT and spec.system_prompt is None:
         system = "You are a careful agent. Use tools when needed; reply in plain text when done."
@@ -71,7 +88,7 @@ def initial_state(spec: RunSpec, run_id: str) -> RunState:
         Message(role="system", content=system, origin="system"),
         Message(role="user", content=spec.task, origin="task"),
     )
-    return RunState(spec=spec, run_id=run_id, pending=pending)
+    return RunState(spec=spec, run_id=run_id, pending=pending, gating=gating)
 
 
 def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
@@ -85,11 +102,15 @@ def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
         return Finish(
             result=_result(_terminate(state, TerminalReason.CANCELLED, state.cancel_reason))
         )
+    if state.paused:
+        return AwaitInput(waiting_for=("resume",))
     match state.phase:
         case "starting":
             return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
         case "thinking":
-            if state.step >= state.spec.max_steps:
+            if state.awaiting_steps:
+                return AwaitInput(waiting_for=("steps",))
+            if state.step >= state.step_limit:
                 done = _terminate(
                     state, TerminalReason.MAX_STEPS, f"stopped after {state.step} steps"
                 )
@@ -100,6 +121,9 @@ def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
                 return ContinueAsNew()
             return CallModel(request=_model_request(state))
         case "acting":
+            if state.approvals or state.questions:
+                expiries = [r.expires_at for r in _open_requests(state)]
+                return AwaitInput(waiting_for=tuple(state.waiting_for()), until=min(expiries))
             return _run_tools(state)
         case "finished":
             return Finish(result=_result(state))
@@ -114,9 +138,16 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
             if state.terminal is not None or state.cancel_reason is not None:
                 return state
             return state.model_copy(update={"cancel_reason": reason or "cancelled"})
+        case Steered(input=item):
+            return apply_input(state, item)
+        case Boundary(now=now):
+            return _at_boundary(state, now)
         case ToolsLoaded(catalog=catalog):
             _expect(state, "starting", outcome.kind)
-            return state.model_copy(update={"catalog": catalog, "phase": "thinking"})
+            rule_of_two = state.gating and rule_of_two_applies(catalog, state.spec)
+            return state.model_copy(
+                update={"catalog": catalog, "phase": "thinking", "rule_of_two": rule_of_two}
+            )
         case ModelReplied(reply=reply):
             _expect(state, "thinking", outcome.kind)
             return _on_reply(state, reply)
@@ -175,7 +206,7 @@ def _run_tools(state: RunState) -> RunTools:
                 step=state.step,
                 call_id=c.id,
                 name=c.name,
-                arguments=c.arguments,
+                arguments=state.approved_args.get(c.id, c.arguments),
                 idempotency_key=f"{state.run_id}/{state.step}/{c.id}",
             )
             for c in to_run
@@ -186,10 +217,9 @@ def _run_tools(state: RunState) -> RunTools:
 
 
 def _on_reply(state: RunState, reply: ModelReply) -> RunState:
-    step = state.step + 1
     base = state.model_copy(
         update={
-            "step": step,
+            "step": state.step + 1,
             "segment_steps": state.segment_steps + 1,
             "conversation": reply.conversation,
             "pending": (),
@@ -199,21 +229,12 @@ def _on_reply(state: RunState, reply: ModelReply) -> RunState:
     calls = reply.message.tool_calls
     if not calls:
         return _on_text_only(base, reply.message)
-    finish_calls = [c for c in calls if c.name == FINISH_TOOL]
-    if len(calls) == 1 and finish_calls:
-        answer, problem = _finish_answer(finish_calls[0])
+    if len(calls) == 1 and calls[0].name == FINISH_TOOL:
+        answer, problem = finish_answer(calls[0])
         if problem is None:
             done = base.model_copy(update={"output": answer, "nudges": 0})
             return _terminate(done, TerminalReason.COMPLETED, None)
-    decided = tuple(_gate(base, c, alone=len(calls) == 1) for c in calls)
-    return base.model_copy(
-        update={
-            "phase": "acting",
-            "turn_calls": calls,
-            "decided": tuple(d for d in decided if d is not None),
-            "nudges": 0,
-        }
-    )
+    return gate_turn(base.model_copy(update={"nudges": 0}), calls)
 
 
 def _on_text_only(state: RunState, message: Message) -> RunState:
@@ -230,35 +251,59 @@ def _on_text_only(state: RunState, message: Message) -> RunState:
     return state.model_copy(update={"pending": (nudge,), "nudges": state.nudges + 1})
 
 
-def _gate(state: RunState, call: ToolCall, *, alone: bool) -> ToolFailed | None:
-    """Decide at once what needs no activity: unknown tools, a bad or mixed `finish`."""
-    assert state.catalog is not None
-    if call.name == FINISH_TOOL:
-        if not alone:
-            return ToolFailed(call_id=call.id, failure="not_run", error=nudges.finish_not_alone())
-        _, problem = _finish_answer(call)
-        return ToolFailed(call_id=call.id, failure="invalid_arguments", error=problem or "")
-    if call.name not in state.catalog.names:
-        error = nudges.unknown_tool(call.name, state.catalog.names)
-        return ToolFailed(call_id=call.id, failure="unknown_tool", error=error)
-    return None
+def _open_requests(state: RunState) -> list[ApprovalRequest | Question]:
+    return [*state.approvals, *state.questions]
 
 
-def _finish_answer(call: ToolCall) -> tuple[Text, str | None]:
-    """The answer of a `finish` call, or the problem with its arguments."""
-    if not isinstance(call.arguments, str):
-        return call.arguments, None  # a large answer: kept as a ref, resolved by the client
-    try:
-        args = json.loads(call.arguments or "{}")
-    except json.JSONDecodeError as exc:
-        return "", nudges.finish_bad_arguments(f"not valid JSON ({exc.msg})")
-    answer = args.get("answer") if isinstance(args, dict) else None
-    if not isinstance(answer, str):
-        return "", nudges.finish_bad_arguments("field `answer` is missing or not a string")
-    return answer, None
+def _at_boundary(state: RunState, now: datetime) -> RunState:
+    """Settle what time decides (expiries) and drain live messages before the next model call."""
+    state = _expire(state.model_copy(update={"now": now}), now)
+    if state.phase == "thinking" and not state.paused and state.inbox:
+        stamped = tuple(m.model_copy(update={"step": state.step}) for m in state.inbox)
+        state = state.model_copy(update={"pending": state.pending + stamped, "inbox": ()})
+    return state
+
+
+def _expire(state: RunState, now: datetime) -> RunState:
+    overdue = [r for r in _open_requests(state) if r.expires_at <= now]
+    if not overdue:
+        return state
+    if state.spec.approval_expiry == "cancel":
+        first = overdue[0].request_id
+        return state.model_copy(
+            update={"cancel_reason": f"request {first} expired without a decision"}
+        )
+    gone = {r.request_id for r in overdue}
+    failures = tuple(
+        ToolFailed(
+            call_id=r.call_id,
+            failure="expired",
+            error=f"no decision before {r.expires_at.isoformat()}: the request expired",
+        )
+        for r in overdue
+    )
+    records = tuple(
+        ApprovalRecord(
+            request_id=r.request_id,
+            tool=r.tool if isinstance(r, ApprovalRequest) else "ask_user",
+            action="expired",
+            at=now,
+            reason="expired without a decision",
+        )
+        for r in overdue
+    )
+    return state.model_copy(
+        update={
+            "approvals": tuple(r for r in state.approvals if r.request_id not in gone),
+            "questions": tuple(q for q in state.questions if q.request_id not in gone),
+            "decided": state.decided + failures,
+            "records": (state.records + records)[-MAX_RECORDS:],
+        }
+    )
 
 
 def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> RunState:
+    assert state.catalog is not None
     by_id: dict[str, ToolOutcome] = {r.call_id: r for r in state.decided}
     by_id.update({r.call_id: r for r in results})
     messages = []
@@ -266,6 +311,8 @@ def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> Run
         outcome = by_id.get(call.id) or ToolFailed(
             call_id=call.id, failure="not_run", error="no result was reported for this call"
         )
+        info = state.catalog.tools.get(call.name, ToolInfo())
+        edited = state.edited.get(call.id)
         messages.append(
             Message(
                 role="tool",
@@ -274,6 +321,10 @@ def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> Run
                 name=call.name,
                 origin="tool",
                 step=state.step,
+                untrusted=info.untrusted_output and isinstance(outcome, ToolSucceeded),
+                note=f"A reviewer edited the arguments; the call ran with: {edited}"
+                if edited is not None
+                else None,
             )
         )
     return state.model_copy(
@@ -282,6 +333,8 @@ def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> Run
             "pending": state.pending + tuple(messages),
             "turn_calls": (),
             "decided": (),
+            "approved_args": {},
+            "edited": {},
             "usage": state.usage + Usage(tool_calls=len(results)),
         }
     )

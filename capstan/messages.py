@@ -43,6 +43,9 @@ class Message(BaseModel):
     reasoning: Text | None = None
     origin: Literal["task", "system", "model", "tool", "nudge", "live"] = "task"
     step: int = 0
+    untrusted: bool = False
+    source_id: str | None = None
+    note: str | None = None
 
 
 class Usage(BaseModel):

@@ -22,6 +22,7 @@ __all__ = [
     "RunSpec",
     "RunStatus",
     "TerminalReason",
+    "ToolRule",
 ]
 
 
@@ -50,6 +51,19 @@ class FinishMode(StrEnum):
 
 
 Phase = Literal["starting", "thinking", "acting", "finished"]
+ExpiryOutcome = Literal["deny", "cancel"]
+
+
+class ToolRule(BaseModel):
+    """Policy for one tool: `allow`, `ask` or `deny`, and argument patterns that are denied.
+
+    Example: ``ToolRule(decision="ask", deny_arguments={"path": r"^secrets/"})``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    decision: Literal["allow", "ask", "deny"] | None = None
+    deny_arguments: dict[str, str] = {}
 
 
 class ActivityTuning(BaseModel):
@@ -95,6 +109,12 @@ class RunSpec(BaseModel):
     observation_max_chars: int = Field(default=16_000, ge=256)
     continue_as_new_every: int = Field(default=50, ge=1)
     tuning: ActivityTuning = ActivityTuning()
+    tool_policy: dict[str, ToolRule] = {}
+    auto_approve: bool = False
+    waive_rule_of_two: bool = False
+    approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
+    approval_expiry: ExpiryOutcome = "deny"
+    wait_for_steps_grant: bool = False
 
 
 class RunStatus(BaseModel):
@@ -108,6 +128,9 @@ class RunStatus(BaseModel):
     error: str | None = None
     usage: Usage = Usage()
     continued: int = 0
+    paused: bool = False
+    waiting_for: list[str] = []
+    diagnostics: list[str] = []
 
 
 class RunResult(BaseModel):

@@ -7,12 +7,20 @@ messages not yet appended to it.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pydantic import BaseModel, ConfigDict
 
 from capstan.content import BlobRef, Text
 from capstan.messages import Message, ToolCall, Usage
 from capstan.spec import Phase, RunSpec, RunStatus, TerminalReason
-from capstan.tooling import ToolCatalog, ToolFailed
+from capstan.steering import ApprovalRecord, ApprovalRequest, PendingView, Question
+from capstan.tooling import ToolCatalog, ToolOutcome
+
+#: Bounds that keep the carried state small whatever the run length.
+MAX_APPLIED_IDS = 1000
+MAX_RECORDS = 200
+MAX_DIAGNOSTICS = 50
 
 __all__ = ["RunState"]
 
@@ -30,7 +38,7 @@ class RunState(BaseModel):
     conversation: BlobRef | None = None
     pending: tuple[Message, ...] = ()
     turn_calls: tuple[ToolCall, ...] = ()
-    decided: tuple[ToolFailed, ...] = ()
+    decided: tuple[ToolOutcome, ...] = ()
     usage: Usage = Usage()
     nudges: int = 0
     terminal: TerminalReason | None = None
@@ -39,6 +47,56 @@ class RunState(BaseModel):
     cancel_reason: str | None = None
     segment_steps: int = 0
     continued: int = 0
+    # steering (issue 3); all bounded, all carried across continue-as-new
+    gating: bool = False
+    rule_of_two: bool = False
+    approvals: tuple[ApprovalRequest, ...] = ()
+    questions: tuple[Question, ...] = ()
+    approved_args: dict[str, Text] = {}
+    edited: dict[str, str] = {}
+    always: tuple[str, ...] = ()
+    paused: bool = False
+    inbox: tuple[Message, ...] = ()
+    extra_steps: int = 0
+    applied_ids: tuple[str, ...] = ()
+    diagnostics: tuple[str, ...] = ()
+    records: tuple[ApprovalRecord, ...] = ()
+    now: datetime | None = None
+
+    @property
+    def step_limit(self) -> int:
+        return self.spec.max_steps + self.extra_steps
+
+    @property
+    def awaiting_steps(self) -> bool:
+        return (
+            self.phase == "thinking"
+            and self.terminal is None
+            and self.step >= self.step_limit
+            and self.spec.wait_for_steps_grant
+        )
+
+    def waiting_for(self) -> list[str]:
+        """What the run is blocked on, in words: approval, answer, steps, resume."""
+        waits = []
+        if self.paused:
+            waits.append("resume")
+        if self.approvals:
+            waits.append("approval")
+        if self.questions:
+            waits.append("answer")
+        if self.awaiting_steps:
+            waits.append("steps")
+        return waits
+
+    def pending_view(self) -> PendingView:
+        return PendingView(
+            run_id=self.run_id,
+            approvals=list(self.approvals),
+            questions=list(self.questions),
+            awaiting_steps=self.awaiting_steps,
+            paused=self.paused,
+        )
 
     def status(self) -> RunStatus:
         """The public view answered by the `status` query."""
@@ -51,4 +109,7 @@ class RunState(BaseModel):
             error=self.error,
             usage=self.usage,
             continued=self.continued,
+            paused=self.paused,
+            waiting_for=self.waiting_for(),
+            diagnostics=list(self.diagnostics[-10:]),
         )

@@ -13,17 +13,20 @@ from pydantic import BaseModel, ConfigDict, Field
 from capstan.content import BlobRef, Text
 
 __all__ = [
+    "ASK_USER_TOOL",
     "FINISH_TOOL",
     "READ_RESULT_TOOL",
     "ToolCatalog",
     "ToolFailed",
     "ToolFailure",
+    "ToolInfo",
     "ToolOutcome",
     "ToolSpec",
     "ToolSucceeded",
 ]
 
 FINISH_TOOL = "finish"
+ASK_USER_TOOL = "ask_user"
 READ_RESULT_TOOL = "read_result"
 
 
@@ -37,6 +40,21 @@ class ToolSpec(BaseModel):
     parameters: dict[str, Any]
     read_only: bool = False
     timeout_seconds: float | None = None
+    untrusted_output: bool = False
+    sensitive: bool = False
+
+
+class ToolInfo(BaseModel):
+    """What the loop needs to gate a tool: its risk profile, schema and worker policy."""
+
+    model_config = ConfigDict(frozen=True)
+
+    read_only: bool = False
+    untrusted_output: bool = False
+    sensitive: bool = False
+    parameters: dict[str, Any] = {}
+    policy: str | None = None  # allow / ask / deny from the worker's policy file
+    deny_arguments: dict[str, str] = {}
 
 
 class ToolCatalog(BaseModel):
@@ -51,12 +69,15 @@ class ToolCatalog(BaseModel):
     names: tuple[str, ...]
     timeouts: dict[str, float] = {}
     specs_ref: BlobRef
+    tools: dict[str, ToolInfo] = {}
 
     def timeout_for(self, name: str, default: float) -> float:
         return self.timeouts.get(name, default)
 
 
-ToolFailure = Literal["unknown_tool", "invalid_arguments", "error", "timeout", "not_run"]
+ToolFailure = Literal[
+    "unknown_tool", "invalid_arguments", "error", "timeout", "not_run", "denied", "expired"
+]
 
 
 class ToolSucceeded(BaseModel):

@@ -6,11 +6,14 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from capstan import loop
 from capstan.activity_io import ModelReply
 from capstan.content import BlobRef
 from capstan.effects import (
+    AwaitInput,
+    Boundary,
     CallModel,
     ContinueAsNew,
     Finish,
@@ -19,13 +22,14 @@ from capstan.effects import (
     ModelReplied,
     Outcome,
     RunTools,
+    Steered,
     ToolsFinished,
     ToolsLoaded,
 )
 from capstan.messages import Message, ToolCall, Usage
 from capstan.spec import RunResult, RunSpec
 from capstan.state import RunState
-from capstan.tooling import ToolCatalog, ToolOutcome, ToolSucceeded
+from capstan.tooling import ToolCatalog, ToolInfo, ToolOutcome, ToolSucceeded
 
 TOOLS = ("finish", "read_file", "write_file", "list_dir", "read_result")
 
@@ -34,8 +38,24 @@ def fake_ref(label: str) -> BlobRef:
     return BlobRef(sha256=hashlib.sha256(label.encode()).hexdigest(), size=len(label))
 
 
-def catalog(names: tuple[str, ...] = TOOLS) -> ToolCatalog:
-    return ToolCatalog(names=names, specs_ref=fake_ref("specs"))
+PATH_SCHEMA = {
+    "type": "object",
+    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+    "additionalProperties": False,
+}
+INFOS = {
+    "finish": ToolInfo(read_only=True),
+    "read_file": ToolInfo(read_only=True, untrusted_output=True, parameters=PATH_SCHEMA),
+    "write_file": ToolInfo(read_only=False, parameters=PATH_SCHEMA),
+    "list_dir": ToolInfo(read_only=True),
+    "read_result": ToolInfo(read_only=True),
+}
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def catalog(names: tuple[str, ...] = TOOLS, **infos: ToolInfo) -> ToolCatalog:
+    tools = {n: INFOS.get(n, ToolInfo()) for n in names} | infos
+    return ToolCatalog(names=tuple(tools), specs_ref=fake_ref("specs"), tools=tools)
 
 
 def call(name: str, call_id: str = "c1", **args: object) -> ToolCall:
@@ -64,10 +84,16 @@ class Driver:
     tool: Callable[[str, str], str] = lambda name, args: f"{name} ok"
     effects: list[object] = field(default_factory=list)
     model_inputs: list[CallModel] = field(default_factory=list)
+    tool_inputs: list[RunTools] = field(default_factory=list)
+    #: answers AwaitInput: given the state, returns steering inputs (or advances the clock)
+    human: Callable[[RunState], list[object]] | None = None
+    now: datetime = T0
+    catalog: ToolCatalog = field(default_factory=catalog)
 
     def run(self, spec: RunSpec, state: RunState | None = None) -> tuple[RunResult, RunState]:
         state = state or loop.initial_state(spec, "run-1")
         for _ in range(10_000):
+            state = loop.apply(state, Boundary(now=self.now))
             effect = loop.next_effect(state)
             self.effects.append(effect)
             if isinstance(effect, Finish):
@@ -75,13 +101,22 @@ class Driver:
             if isinstance(effect, ContinueAsNew):
                 state = loop.carry_over(state)
                 continue
+            if isinstance(effect, AwaitInput):
+                if self.human is None:
+                    raise AssertionError(f"the run waits for {effect.waiting_for} and no human")
+                for item in self.human(state):
+                    if isinstance(item, timedelta):
+                        self.now += item
+                    else:
+                        state = loop.apply(state, Steered(input=item))  # type: ignore[arg-type]
+                continue
             state = loop.apply(state, self._perform(effect, state))
         raise AssertionError("loop did not finish")
 
     def _perform(self, effect: object, state: RunState) -> Outcome:
         match effect:
             case LoadTools():
-                return ToolsLoaded(catalog=catalog())
+                return ToolsLoaded(catalog=self.catalog)
             case CallModel():
                 self.model_inputs.append(effect)
                 if not self.script:
@@ -89,6 +124,7 @@ class Driver:
                 item = self.script.pop(0)
                 return item if isinstance(item, ModelFailed) else ModelReplied(reply=item)
             case RunTools(calls=calls):
+                self.tool_inputs.append(effect)
                 results: list[ToolOutcome] = [
                     ToolSucceeded(call_id=c.call_id, output=self.tool(c.name, str(c.arguments)))
                     for c in calls

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capstan import loop
 from capstan.effects import (
+    AwaitInput,
+    Boundary,
     CallModel,
     ContinueAsNew,
     Finish,
@@ -17,13 +20,16 @@ from capstan.effects import (
     ModelReplied,
     Outcome,
     RunTools,
+    Steered,
     ToolsFinished,
     ToolsLoaded,
 )
 from capstan.messages import ToolCall
 from capstan.spec import FinishMode, RunSpec
+from capstan.state import RunState
+from capstan.steering import Decision, LiveMessage, PauseRequest, ResumeRequest
 from capstan.tooling import ToolFailed, ToolSucceeded
-from tests.unit.scripted import catalog, reply
+from tests.unit.scripted import T0, catalog, reply
 
 names = st.sampled_from(["finish", "read_file", "list_dir", "bogus", "write_file"])
 arguments = st.one_of(
@@ -49,6 +55,11 @@ turns = st.one_of(
     mode=st.sampled_from(list(FinishMode)),
     tool_fails=st.booleans(),
     every=st.integers(1, 5),
+    human=st.lists(
+        st.sampled_from(["approve", "deny", "always", "expire", "bad-hash", "pause", "message"]),
+        min_size=1,
+        max_size=10,
+    ),
 )
 def test_every_run_ends_once_within_bounds(
     script: list[object],
@@ -57,6 +68,7 @@ def test_every_run_ends_once_within_bounds(
     mode: FinishMode,
     tool_fails: bool,
     every: int,
+    human: list[str],
 ) -> None:
     spec = RunSpec(
         task="t",
@@ -66,10 +78,21 @@ def test_every_run_ends_once_within_bounds(
         continue_as_new_every=every,
     )
     state = loop.initial_state(spec, "r")
-    model_calls = replies = 0
+    model_calls = replies = waits = 0
+    now = T0
     finished = None
-    for _ in range(10 * (max_steps + 2)):
+    for _ in range(40 * (max_steps + 2)):
+        state = loop.apply(state, Boundary(now=now))
         effect = loop.next_effect(state)
+        if isinstance(effect, AwaitInput):
+            action = human[waits % len(human)]
+            waits += 1
+            for item in _human_inputs(state, action, waits):
+                if isinstance(item, timedelta):
+                    now += item
+                else:
+                    state = loop.apply(state, Steered(input=item))
+            continue
         if isinstance(effect, Finish):
             finished = effect.result
             break
@@ -89,6 +112,7 @@ def test_every_run_ends_once_within_bounds(
                 outcome = ModelReplied(reply=turn)  # type: ignore[arg-type]
         else:
             assert isinstance(effect, RunTools)
+            assert not state.approvals and not state.paused
             assert all(c.name in catalog().names and c.name != "finish" for c in effect.calls)
             outcome = ToolsFinished(
                 results=tuple(
@@ -106,3 +130,26 @@ def test_every_run_ends_once_within_bounds(
     # after the end, the loop only ever says the same Finish again
     again = loop.next_effect(state)
     assert isinstance(again, Finish) and again.result == finished
+
+
+def _human_inputs(state: RunState, action: str, n: int) -> list[object]:
+    """What a (possibly careless) human does when the run waits; half a day passes each time,
+    so an approval nobody gets right expires after a bounded number of waits."""
+    return [*_act(state, action, n), timedelta(hours=12)]
+
+
+def _act(state: RunState, action: str, n: int) -> list[object]:
+    if state.paused:
+        return [ResumeRequest(id=f"r{n}")]
+    if not state.approvals:
+        return [timedelta(days=2)]  # questions or anything else: let time settle it
+    request = state.approvals[0]
+    if action == "expire":
+        return [timedelta(days=2)]
+    if action == "bad-hash":
+        return [Decision(request_id=request.request_id, args_hash="0" * 64, action="approve")]
+    if action == "pause":
+        return [PauseRequest(id=f"p{n}")]
+    if action == "message":
+        return [LiveMessage(id=f"m{n}", text="hello")]
+    return [Decision(request_id=request.request_id, args_hash=request.args_hash, action=action)]  # type: ignore[arg-type]
