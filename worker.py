@@ -12,9 +12,11 @@ import importlib
 import logging
 import os
 import signal
+import tomllib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from pathlib import Path
 
 import httpx
 from temporalio.client import Client
@@ -23,15 +25,23 @@ from temporalio.worker import Worker
 from activities.model import ModelActivities
 from activities.tokens import count_tokens
 from activities.tool_runner import ToolActivities
-from activities.tools.builtins import BUILTIN_TOOLS, FINISH_SPEC
+from activities.tools.builtins import BUILTIN_TOOLS, LOOP_TOOL_SPECS
 from activities.tools.registry import ToolRegistry
 from capstan.blobstore import ContentStore, LocalBlobStore
 from capstan.client import connect_temporal
 from capstan.config import Settings
 from capstan.embedded import EmbeddedServer
+from capstan.spec import ToolRule
 from workflows.agent import AgentWorkflow
 
-__all__ = ["build_registry", "build_worker", "main", "run_worker", "temporal_for"]
+__all__ = [
+    "build_registry",
+    "build_worker",
+    "load_policy",
+    "main",
+    "run_worker",
+    "temporal_for",
+]
 
 log = logging.getLogger("capstan.worker")
 
@@ -39,7 +49,8 @@ log = logging.getLogger("capstan.worker")
 def build_registry(tools_module: str | None) -> ToolRegistry:
     """Builtins plus the user's tools from `CAPSTAN_TOOLS=pkg.module` (its `tools` list)."""
     registry = ToolRegistry(BUILTIN_TOOLS)
-    registry.add_spec(FINISH_SPEC)
+    for spec in LOOP_TOOL_SPECS:
+        registry.add_spec(spec)
     if tools_module:
         module = importlib.import_module(tools_module)
         for fn in getattr(module, "tools", []):
@@ -58,7 +69,12 @@ def build_worker(
     """A worker with the agent workflow and every activity, dependencies injected."""
     content = ContentStore(LocalBlobStore(settings.blob_dir), count_tokens=count_tokens)
     models = ModelActivities(content, env if env is not None else os.environ, http)
-    tools = ToolActivities(build_registry(settings.tools_module), content, settings.workspace_dir)
+    tools = ToolActivities(
+        build_registry(settings.tools_module),
+        content,
+        settings.workspace_dir,
+        load_policy(settings.policy_file),
+    )
     options: dict[str, object] = {
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
         "activity_executor": ThreadPoolExecutor(4),
@@ -71,6 +87,22 @@ def build_worker(
         activities=[models.call_model, tools.list_tools, tools.run_tool],
         **options,  # type: ignore[arg-type]
     )
+
+
+def load_policy(path: Path | None) -> dict[str, ToolRule]:
+    """The worker's tool policy file (TOML): `[tools.NAME] decision = "ask"`, `deny_arguments`.
+
+    Example::
+
+        [tools.write_file]
+        decision = "ask"
+        deny_arguments = { path = "^secrets/" }
+    """
+    if path is None:
+        return {}
+    with path.open("rb") as fh:
+        data = tomllib.load(fh)
+    return {name: ToolRule.model_validate(rule) for name, rule in data.get("tools", {}).items()}
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -19,16 +20,24 @@ from activities.heartbeat import with_heartbeat
 from activities.tools.registry import ToolContext, ToolRegistry
 from capstan.activity_io import ListToolsInput, RunToolInput
 from capstan.blobstore import ContentStore
-from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome, ToolSucceeded
+from capstan.spec import ToolRule
+from capstan.tooling import ToolCatalog, ToolFailed, ToolInfo, ToolOutcome, ToolSpec, ToolSucceeded
 
 __all__ = ["ToolActivities"]
 
 
 class ToolActivities:
-    def __init__(self, registry: ToolRegistry, content: ContentStore, workspace: Path) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        content: ContentStore,
+        workspace: Path,
+        policy: Mapping[str, ToolRule] | None = None,
+    ) -> None:
         self.registry = registry
         self.content = content
         self.workspace = workspace
+        self.policy = dict(policy or {})
         workspace.mkdir(parents=True, exist_ok=True)
 
     @activity.defn(name="list_tools")
@@ -37,7 +46,21 @@ class ToolActivities:
         data = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True)
         ref = await asyncio.to_thread(self.content.store_bytes, data.encode("utf-8"))
         timeouts = {s.name: s.timeout_seconds for s in specs if s.timeout_seconds}
-        return ToolCatalog(names=tuple(s.name for s in specs), timeouts=timeouts, specs_ref=ref)
+        infos = {s.name: self._info(s) for s in specs}
+        return ToolCatalog(
+            names=tuple(s.name for s in specs), timeouts=timeouts, specs_ref=ref, tools=infos
+        )
+
+    def _info(self, spec: ToolSpec) -> ToolInfo:
+        rule = self.policy.get(spec.name, ToolRule())
+        return ToolInfo(
+            read_only=spec.read_only,
+            untrusted_output=spec.untrusted_output,
+            sensitive=spec.sensitive,
+            parameters=spec.parameters,
+            policy=rule.decision,
+            deny_arguments=rule.deny_arguments,
+        )
 
     @activity.defn(name="run_tool")
     async def run_tool(self, request: RunToolInput) -> ToolOutcome:

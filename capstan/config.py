@@ -26,6 +26,8 @@ class Settings(BaseModel):
     workspace: Path | None = None
     tools_module: str | None = None
     embedded_port: int = DEFAULT_PORT
+    policy_file: Path | None = None
+    identity: str = ""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -39,6 +41,8 @@ class Settings(BaseModel):
             workspace=Path(workspace) if workspace else None,
             tools_module=env.get("CAPSTAN_TOOLS") or None,
             embedded_port=int(env.get("CAPSTAN_TEMPORAL_PORT", DEFAULT_PORT)),
+            policy_file=Path(env["CAPSTAN_POLICY"]) if env.get("CAPSTAN_POLICY") else None,
+            identity=env.get("CAPSTAN_IDENTITY") or _default_identity(),
         )
 
     @property
@@ -56,3 +60,15 @@ class Settings(BaseModel):
     @property
     def workspace_dir(self) -> Path:
         return self.workspace or self.data_dir / "workspace"
+
+
+def _default_identity() -> str:
+    """`user@host`: recorded with every decision a client sends."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"

@@ -92,11 +92,16 @@ def check_arguments(name: str, info: ToolInfo, spec: RunSpec, arguments: Text) -
     except json.JSONDecodeError as exc:
         return f"arguments are not valid JSON: {exc.msg}"
     if info.parameters:
-        try:
-            jsonschema.validate(value, info.parameters)
-        except jsonschema.ValidationError as exc:
-            where = ".".join(str(p) for p in exc.absolute_path) or "arguments"
-            return f"arguments do not match the schema of {name}: {where}: {exc.message}"
+        validator = jsonschema.Draft202012Validator(info.parameters)
+        errors = sorted(
+            validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message)
+        )
+        if errors:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+                for e in errors[:5]
+            )
+            return f"arguments do not match the schema of {name}: {problems}"
     patterns = dict(info.deny_arguments)
     rule = spec.tool_policy.get(name)
     if rule is not None:

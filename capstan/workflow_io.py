@@ -6,14 +6,16 @@ so both sides agree on names and types. Fields are only ever added, with default
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from capstan.content import BlobRef
 from capstan.messages import Message, ToolCall
 from capstan.spec import RunSpec
 from capstan.state import RunState
+from capstan.steering import ApprovalRecord, CancelRequest
 
 __all__ = [
+    "TOOL_POLICY_PATCH",
     "WORKFLOW_NAME",
     "AgentInput",
     "CancelRequest",
@@ -22,22 +24,16 @@ __all__ = [
 
 WORKFLOW_NAME = "AgentWorkflow"
 
+#: `workflow.patched` id of tool policy and approvals. Runs recorded before it run every known
+#: tool at once; replaying them must not start asking for approvals.
+TOOL_POLICY_PATCH = "tool-policy-v1"
+
 
 class AgentInput(BaseModel):
     """The workflow input: the spec, plus the carried state after a continue-as-new."""
 
     spec: RunSpec
     carried: RunState | None = None
-
-
-class CancelRequest(BaseModel):
-    """Signal `cancel`: end the run at the next step boundary with terminal reason `cancelled`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    reason: str = ""
-    id: str = ""
-    identity: str = ""
 
 
 class TranscriptView(BaseModel):
@@ -50,3 +46,6 @@ class TranscriptView(BaseModel):
     pending: list[Message]
     in_flight: list[ToolCall]
     step: int
+    records: list[ApprovalRecord] = []
+    diagnostics: list[str] = []
+    inbox: list[Message] = []

@@ -11,11 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from capstan.spec import RunResult
+from capstan.workflow_io import AgentInput
 from workflows.agent import AgentWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -53,3 +56,19 @@ def test_broken_history_differs_from_its_source_only_in_one_activity_type() -> N
     bad = json.loads((HISTORIES / "broken" / "parallel_tools_renamed_activity.json").read_text())
     diffs = [(g, b) for g, b in zip(good["events"], bad["events"], strict=True) if g != b]
     assert len(diffs) == 1
+
+
+@workflow.defn(name="AgentWorkflow", sandboxed=False)
+class PolicyWithoutPatch(AgentWorkflow):
+    """The tool-policy change as it would be without `workflow.patched`: always on."""
+
+    @workflow.run
+    async def run(self, start: AgentInput) -> RunResult:
+        self.state = self.state.model_copy(update={"gating": True})
+        return await self._main(start)
+
+
+async def test_loop_change_without_patch_fails_replay() -> None:
+    replayer = Replayer(workflows=[PolicyWithoutPatch], data_converter=pydantic_data_converter)
+    with pytest.raises(NondeterminismError):
+        await replayer.replay_workflow(_load(HISTORIES / "parallel_tools.json"))

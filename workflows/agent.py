@@ -7,6 +7,8 @@ the loop's. Deterministic by law: no clock, random, IO or environment here (ruff
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 from datetime import timedelta
 
 from temporalio import workflow
@@ -19,9 +21,11 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from capstan import loop
+    from capstan import inputs, loop
     from capstan.activity_io import ModelReply, RunToolInput
     from capstan.effects import (
+        AwaitInput,
+        Boundary,
         CallModel,
         CancelRequested,
         ContinueAsNew,
@@ -32,13 +36,31 @@ with workflow.unsafe.imports_passed_through():
         ModelReplied,
         Outcome,
         RunTools,
+        Steered,
         ToolsFinished,
         ToolsLoaded,
     )
     from capstan.spec import RunResult, RunStatus, TerminalReason
     from capstan.state import RunState
+    from capstan.steering import (
+        Ack,
+        Answer,
+        CancelRequest,
+        Decision,
+        LiveMessage,
+        PauseRequest,
+        PendingView,
+        ResumeRequest,
+        SteeringInput,
+        StepGrant,
+    )
     from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome
-    from capstan.workflow_io import WORKFLOW_NAME, AgentInput, CancelRequest, TranscriptView
+    from capstan.workflow_io import (
+        TOOL_POLICY_PATCH,
+        WORKFLOW_NAME,
+        AgentInput,
+        TranscriptView,
+    )
 
 __all__ = ["AgentWorkflow"]
 
@@ -50,18 +72,30 @@ MODEL_NON_RETRYABLE = ["ModelBadRequest", "ModelAuthError", "ModelNotFound", "Mo
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentWorkflow:
-    """One agent run. Signals: `cancel`. Queries: `status`, `transcript`."""
+    """One agent run.
+
+    Signals (durable even with no worker running; each has a `_update` twin that validates and
+    acknowledges): `decide`, `pause`, `resume`, `cancel`, `send_message`, `answer`,
+    `grant_steps`. Queries: `status`, `transcript`, `pending`.
+    """
 
     @workflow.init
     def __init__(self, start: AgentInput) -> None:
         self.state: RunState = start.carried or loop.initial_state(
-            start.spec, start.spec.run_id or workflow.info().workflow_id
+            start.spec, start.spec.run_id or workflow.info().workflow_id, gating=False
         )
+        self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
+        if start.carried is None and workflow.patched(TOOL_POLICY_PATCH):
+            self.state = self.state.model_copy(update={"gating": True})
+        return await self._main(start)
+
+    async def _main(self, start: AgentInput) -> RunResult:
         try:
             while True:
+                self._fold(Boundary(now=workflow.now()))
                 effect = self._decide()
                 if isinstance(effect, Finish):
                     return effect.result
@@ -69,6 +103,9 @@ class AgentWorkflow:
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     carried = loop.carry_over(self.state)
                     workflow.continue_as_new(AgentInput(spec=start.spec, carried=carried))
+                if isinstance(effect, AwaitInput):
+                    await self._await_input(effect)
+                    continue
                 outcome = await self._perform(effect)
                 self._fold(outcome)
         except asyncio.CancelledError:
@@ -81,13 +118,91 @@ class AgentWorkflow:
 
     # Signals and queries -------------------------------------------------------------------
 
+    @workflow.signal(name="decide")
+    def decide(self, decision: Decision) -> None:
+        self._steer(decision)
+
+    @workflow.signal(name="pause")
+    def pause(self, request: PauseRequest) -> None:
+        self._steer(request)
+
+    @workflow.signal(name="resume")
+    def resume(self, request: ResumeRequest) -> None:
+        self._steer(request)
+
     @workflow.signal(name="cancel")
     def cancel(self, request: CancelRequest) -> None:
-        self._fold(CancelRequested(reason=request.reason or "cancelled by a user"))
+        self._steer(request)
+
+    @workflow.signal(name="send_message")
+    def send_message(self, message: LiveMessage) -> None:
+        self._steer(message)
+
+    @workflow.signal(name="answer")
+    def answer(self, answer: Answer) -> None:
+        self._steer(answer)
+
+    @workflow.signal(name="grant_steps")
+    def grant_steps(self, grant: StepGrant) -> None:
+        self._steer(grant)
+
+    # Updates: the same inputs, validated first; a rejection writes nothing to history.
+
+    @workflow.update(name="decide_update")
+    def decide_update(self, decision: Decision) -> Ack:
+        return self._steer(decision)
+
+    @decide_update.validator
+    def _check_decide(self, decision: Decision) -> None:
+        self._validate(decision)
+
+    @workflow.update(name="pause_update")
+    def pause_update(self, request: PauseRequest) -> Ack:
+        return self._steer(request)
+
+    @workflow.update(name="resume_update")
+    def resume_update(self, request: ResumeRequest) -> Ack:
+        return self._steer(request)
+
+    @workflow.update(name="cancel_update")
+    def cancel_update(self, request: CancelRequest) -> Ack:
+        return self._steer(request)
+
+    @cancel_update.validator
+    def _check_cancel(self, request: CancelRequest) -> None:
+        self._validate(request)
+
+    @workflow.update(name="send_message_update")
+    def send_message_update(self, message: LiveMessage) -> Ack:
+        return self._steer(message)
+
+    @send_message_update.validator
+    def _check_message(self, message: LiveMessage) -> None:
+        self._validate(message)
+
+    @workflow.update(name="answer_update")
+    def answer_update(self, answer: Answer) -> Ack:
+        return self._steer(answer)
+
+    @answer_update.validator
+    def _check_answer(self, answer: Answer) -> None:
+        self._validate(answer)
+
+    @workflow.update(name="grant_steps_update")
+    def grant_steps_update(self, grant: StepGrant) -> Ack:
+        return self._steer(grant)
+
+    @grant_steps_update.validator
+    def _check_grant(self, grant: StepGrant) -> None:
+        self._validate(grant)
 
     @workflow.query(name="status")
     def status(self) -> RunStatus:
         return self.state.status()
+
+    @workflow.query(name="pending")
+    def pending(self) -> PendingView:
+        return self.state.pending_view()
 
     @workflow.query(name="transcript")
     def transcript(self) -> TranscriptView:
@@ -96,7 +211,34 @@ class AgentWorkflow:
             pending=list(self.state.pending),
             in_flight=list(self.state.turn_calls),
             step=self.state.step,
+            records=list(self.state.records),
+            diagnostics=list(self.state.diagnostics),
+            inbox=list(self.state.inbox),
         )
+
+    def _validate(self, item: SteeringInput) -> None:
+        if inputs.is_duplicate(self.state, item):
+            return  # acknowledged as a duplicate, not rejected
+        problem = inputs.check(self.state, item)
+        if problem is not None:
+            raise ValueError(problem)
+
+    def _steer(self, item: SteeringInput) -> Ack:
+        if inputs.is_duplicate(self.state, item):
+            return Ack(applied=False, detail=f"duplicate id {item.id!r}: already applied")
+        self._fold(Steered(input=item))
+        self._inputs += 1
+        return Ack(applied=True)
+
+    async def _await_input(self, effect: AwaitInput) -> None:
+        """Wait durably until an input arrives or the earliest expiry passes."""
+        seen = self._inputs
+        timeout = None
+        if effect.until is not None:
+            timeout = max((effect.until - workflow.now()).total_seconds(), 0.001)
+        # on timeout, the next Boundary settles the expiry
+        with contextlib.suppress(builtins.TimeoutError):
+            await workflow.wait_condition(lambda: self._inputs != seen, timeout=timeout)
 
     # Interpreter -----------------------------------------------------------------------------
 

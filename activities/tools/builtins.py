@@ -10,9 +10,9 @@ import asyncio
 
 from activities.tools.registry import ToolContext, ToolFunction, tool
 from activities.tools.workspace import inside_workspace
-from capstan.tooling import FINISH_TOOL, ToolSpec
+from capstan.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
 
-__all__ = ["BUILTIN_TOOLS", "FINISH_SPEC"]
+__all__ = ["ASK_USER_SPEC", "BUILTIN_TOOLS", "FINISH_SPEC", "LOOP_TOOL_SPECS"]
 
 FINISH_SPEC = ToolSpec(
     name=FINISH_TOOL,
@@ -26,10 +26,35 @@ FINISH_SPEC = ToolSpec(
     read_only=True,
 )
 
+ASK_USER_SPEC = ToolSpec(
+    name=ASK_USER_TOOL,
+    description=(
+        "Ask the user a question and wait for the answer. Use it when you cannot proceed "
+        "without a decision or a fact only the user has."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "question": {"type": "string", "description": "The question to ask."},
+            "options": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Optional choices to offer.",
+            },
+        },
+        "required": ["question"],
+        "additionalProperties": False,
+    },
+    read_only=True,
+)
+
+#: Offered to the model but handled by the loop, never run by an activity.
+LOOP_TOOL_SPECS = (FINISH_SPEC, ASK_USER_SPEC)
+
 MAX_READ_CHARS = 200_000
 
 
-@tool(read_only=True)
+@tool(read_only=True, untrusted_output=True)
 async def read_file(ctx: ToolContext, path: str) -> str:
     """Read a UTF-8 text file from the workspace.
 
@@ -78,7 +103,7 @@ async def list_dir(ctx: ToolContext, path: str = ".") -> str:
     return await asyncio.to_thread(listing)
 
 
-@tool(read_only=True)
+@tool(read_only=True, untrusted_output=True)
 async def read_result(ctx: ToolContext, ref: str, offset: int = 0, limit: int = 8000) -> str:
     """Read part of a large earlier result by its ref (the sha256 named in a truncation note).
 

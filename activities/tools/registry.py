@@ -56,6 +56,8 @@ class Tool:
     context_param: str | None
     read_only: bool
     timeout_seconds: float | None
+    untrusted_output: bool = False
+    sensitive: bool = False
 
     def spec(self) -> ToolSpec:
         schema = self.args_model.model_json_schema()
@@ -66,6 +68,8 @@ class Tool:
             parameters=schema,
             read_only=self.read_only,
             timeout_seconds=self.timeout_seconds,
+            untrusted_output=self.untrusted_output,
+            sensitive=self.sensitive,
         )
 
 
@@ -76,7 +80,12 @@ F = TypeVar("F", bound=ToolFunction)
 def tool(fn: F) -> F: ...
 @overload
 def tool(
-    *, name: str | None = None, read_only: bool = False, timeout_seconds: float | None = None
+    *,
+    name: str | None = None,
+    read_only: bool = False,
+    timeout_seconds: float | None = None,
+    untrusted_output: bool = False,
+    sensitive: bool = False,
 ) -> Callable[[F], F]: ...
 def tool(
     fn: F | None = None,
@@ -84,14 +93,23 @@ def tool(
     name: str | None = None,
     read_only: bool = False,
     timeout_seconds: float | None = None,
+    untrusted_output: bool = False,
+    sensitive: bool = False,
 ) -> F | Callable[[F], F]:
-    """Mark an async function as a tool (usable bare or with options)."""
+    """Mark an async function as a tool (usable bare or with options).
+
+    The risk profile drives the default policy: `read_only` tools are allowed, others ask a
+    human; `untrusted_output` (web, files, MCP) is fenced for the model; `sensitive` marks access
+    to private data (with untrusted input and state change it triggers the Rule of Two).
+    """
 
     def mark(f: F) -> F:
         f.__capstan_tool__ = {  # type: ignore[attr-defined]
             "name": name or f.__name__,
             "read_only": read_only,
             "timeout_seconds": timeout_seconds,
+            "untrusted_output": untrusted_output,
+            "sensitive": sensitive,
         }
         return f
 
@@ -125,6 +143,8 @@ def _build(fn: ToolFunction) -> Tool:
         context_param=context_param,
         read_only=options.get("read_only", False),
         timeout_seconds=options.get("timeout_seconds"),
+        untrusted_output=options.get("untrusted_output", False),
+        sensitive=options.get("sensitive", False),
     )
 
 

@@ -98,7 +98,7 @@ async def test_worker_killed_during_model_call(temporal, settings: Settings) -> 
         await asyncio.to_thread(fake.wait_for_step, 1)
 
     with FakeProvider(script) as fake:
-        spec = RunSpec(task="append and finish", tuning=TUNING)
+        spec = RunSpec(task="append and finish", tuning=TUNING, auto_approve=True)
         got = await kill_and_recover(
             temporal, settings, fake, spec, model_call_in_flight, "worker_killed_during_model_call"
         )
@@ -125,7 +125,7 @@ async def test_worker_killed_during_tool_applies_effect_once(temporal, settings:
             await asyncio.sleep(0.05)
 
     with FakeProvider(script) as fake:
-        spec = RunSpec(task="append", tuning=TUNING)
+        spec = RunSpec(task="append", tuning=TUNING, auto_approve=True)
         got = await kill_and_recover(temporal, settings, fake, spec, effect_applied)
     assert got.result.terminal_reason is TerminalReason.COMPLETED
     assert log.read_text() == "exactly once\n"

@@ -21,6 +21,7 @@ FAST = ActivityTuning(model_initial_retry=0.1, model_max_retry=0.2, model_max_at
 
 
 def spec(task: str = "do the task", **kw: object) -> RunSpec:
+    kw.setdefault("auto_approve", True)
     return RunSpec(task=task, tuning=FAST, **kw)  # type: ignore[arg-type]
 
 
