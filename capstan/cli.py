@@ -8,42 +8,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any
 
-from capstan.client import CapstanClient
+from capstan.cli_steering import register_steering
+from capstan.cli_support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
+from capstan.cli_support import client_for as _client
+from capstan.cli_support import print_json as _print_json
+from capstan.client import CapstanClient, SteeringError
 from capstan.config import Settings
 from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
 from capstan.transcript import build_transcript
 from capstan.watch import follow, format_step
 
 __all__ = ["main"]
-
-EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_ERROR = 0, 1, 2
-
-
-class CliError(Exception):
-    """A failure worth one clear line."""
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True, default=str))
-
-
-async def _client(settings: Settings) -> CapstanClient:
-    try:
-        return await asyncio.wait_for(CapstanClient.connect(settings), 10)
-    except Exception as exc:
-        hint = (
-            "start one with `capstan server` (or `capstan worker`)"
-            if settings.embedded
-            else "check TEMPORAL_ADDRESS"
-        )
-        raise CliError(f"no Temporal server answers at {settings.address}: {hint}") from exc
 
 
 def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
@@ -70,6 +49,9 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         run_id=args.id,
         finish_mode=FinishMode(args.finish_mode),
         system_prompt=args.system,
+        auto_approve=args.auto_approve,
+        allowed_tools=tuple(args.tools.split(",")) if args.tools else None,
+        wait_for_steps_grant=args.grant_steps,
     )
     run_id = await client.start_run(spec)
     if not args.wait:
@@ -130,13 +112,6 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-async def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    client = await _client(settings)
-    await client.cancel(args.run_id, args.reason)
-    print(f"cancel requested for {args.run_id}; it ends at its next step boundary")
-    return EXIT_OK
-
-
 async def _until_signalled() -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -176,9 +151,6 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return await run_demo(settings)
 
 
-Command = Callable[[argparse.Namespace, Settings], Awaitable[int]]
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capstan", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -195,6 +167,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--id", default=None, help="run id (default: generated)")
     p.add_argument("--finish-mode", choices=[m.value for m in FinishMode], default="tool")
     p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--auto-approve", action="store_true", help="run `ask` tools unattended")
+    p.add_argument("--tools", default=None, help="comma-separated tools to offer (default all)")
+    p.add_argument(
+        "--grant-steps", action="store_true", help="at the step limit wait for `capstan grant`"
+    )
     p.add_argument("--wait", action="store_true", help="wait and print the result")
     p.add_argument("--json", action="store_true")
     for name, fn, text in (
@@ -209,9 +186,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = add("watch", cmd_watch, "follow a run's steps as they happen, until it ends")
     p.add_argument("run_id")
-    p = add("cancel", cmd_cancel, "end a run at its next step boundary")
-    p.add_argument("run_id")
-    p.add_argument("--reason", default="")
+
+    register_steering(add)
     add("server", cmd_server, "run the embedded Temporal dev server in the foreground")
     add("worker", cmd_worker, "run a worker (starting the embedded server if needed)")
     add("demo", cmd_demo, "start the embedded server and a worker, run one agent, show it")
@@ -225,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger().setLevel(logging.INFO)
     try:
         code = asyncio.run(args.fn(args, Settings.from_env()))
-    except CliError as exc:
+    except (CliError, SteeringError) as exc:
         print(f"capstan: {exc}", file=sys.stderr)
         code = EXIT_ERROR
     except KeyboardInterrupt:

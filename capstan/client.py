@@ -15,16 +15,55 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Literal
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from capstan.blobstore import ContentStore, LocalBlobStore
 from capstan.config import Settings
 from capstan.spec import RunResult, RunSpec, RunStatus
-from capstan.workflow_io import WORKFLOW_NAME, AgentInput, CancelRequest, TranscriptView
+from capstan.steering import (
+    Ack,
+    Answer,
+    CancelRequest,
+    Decision,
+    LiveMessage,
+    PauseRequest,
+    PendingView,
+    ResumeRequest,
+    StepGrant,
+)
+from capstan.workflow_io import WORKFLOW_NAME, AgentInput, TranscriptView
 
-__all__ = ["CapstanClient", "RunSummary", "connect_temporal"]
+__all__ = ["CapstanClient", "RejectedError", "RunSummary", "SteeringError", "connect_temporal"]
+
+SteeringPayload = (
+    Decision | PauseRequest | ResumeRequest | CancelRequest | LiveMessage | Answer | StepGrant
+)
+
+SIGNAL_NAMES: dict[type, str] = {
+    Decision: "decide",
+    PauseRequest: "pause",
+    ResumeRequest: "resume",
+    CancelRequest: "cancel",
+    LiveMessage: "send_message",
+    Answer: "answer",
+    StepGrant: "grant_steps",
+}
+
+
+class SteeringError(Exception):
+    """A steering call that could not be made (e.g. which request to decide is ambiguous)."""
+
+
+class RejectedError(SteeringError):
+    """The run rejected a validated input (an update); nothing was written to its history."""
 
 
 async def connect_temporal(settings: Settings) -> Client:
@@ -88,11 +127,100 @@ class CapstanClient:
         )
         return view
 
-    async def cancel(self, run_id: str, reason: str = "", request_id: str | None = None) -> None:
-        """Ask the run to end at its next step boundary (terminal reason `cancelled`)."""
-        await self.handle(run_id).signal(
-            "cancel", CancelRequest(reason=reason, id=request_id or uuid.uuid4().hex)
+    # Steering ----------------------------------------------------------------------------------
+    #
+    # Every call sends a signal by default: durable as soon as the server has it, even with no
+    # worker running. `checked=True` sends the validated update twin instead, which needs a
+    # worker and raises RejectedError with the run's reason when the input is refused.
+
+    async def steer(self, run_id: str, item: SteeringPayload, checked: bool = False) -> Ack | None:
+        """Send one steering input, filling in a fresh id and this client's identity."""
+        update: dict[str, str] = {}
+        if not item.id:
+            update["id"] = uuid.uuid4().hex
+        if not item.identity:
+            update["identity"] = self.settings.identity
+        item = item.model_copy(update=update)
+        name = SIGNAL_NAMES[type(item)]
+        handle = self.handle(run_id)
+        if not checked:
+            await handle.signal(name, item)
+            return None
+        try:
+            ack: Ack = await handle.execute_update(f"{name}_update", item, result_type=Ack)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            raise RejectedError(getattr(cause, "message", None) or str(cause or exc)) from None
+        return ack
+
+    async def pending(self, run_id: str) -> PendingView:
+        """Open approval requests and questions (needs a worker to answer the query)."""
+        view: PendingView = await self.handle(run_id).query("pending", result_type=PendingView)
+        return view
+
+    async def decide(
+        self,
+        run_id: str,
+        action: Literal["approve", "deny", "edit", "always"],
+        request_id: str | None = None,
+        *,
+        args_hash: str | None = None,
+        reason: str = "",
+        arguments: str | None = None,
+        checked: bool = False,
+    ) -> Ack | None:
+        """Decide an approval request. Without `request_id` exactly one must be open; without
+        `args_hash` the hash is read from the `pending` query (what the reviewer is shown)."""
+        if request_id is None or args_hash is None:
+            open_requests = (await self.pending(run_id)).approvals
+            if request_id is None:
+                if len(open_requests) != 1:
+                    ids = ", ".join(r.request_id for r in open_requests) or "none"
+                    raise SteeringError(f"name the request to decide; open requests: {ids}")
+                request_id = open_requests[0].request_id
+            match = next((r for r in open_requests if r.request_id == request_id), None)
+            if match is None:
+                raise SteeringError(f"no open approval request {request_id!r} in {run_id}")
+            args_hash = match.args_hash
+        decision = Decision(
+            request_id=request_id,
+            args_hash=args_hash,
+            action=action,
+            reason=reason,
+            arguments=arguments,
         )
+        return await self.steer(run_id, decision, checked)
+
+    async def cancel(self, run_id: str, reason: str = "", checked: bool = False) -> Ack | None:
+        """Ask the run to end at its next step boundary (terminal reason `cancelled`)."""
+        return await self.steer(run_id, CancelRequest(reason=reason), checked)
+
+    async def pause(self, run_id: str, reason: str = "", checked: bool = False) -> Ack | None:
+        """Stop scheduling activities at the next step boundary until `resume`."""
+        return await self.steer(run_id, PauseRequest(reason=reason), checked)
+
+    async def resume(self, run_id: str, checked: bool = False) -> Ack | None:
+        return await self.steer(run_id, ResumeRequest(), checked)
+
+    async def send_message(
+        self, run_id: str, text: str, message_id: str | None = None, checked: bool = False
+    ) -> Ack | None:
+        """Deliver `text` to the model at its next step (same id twice: delivered once)."""
+        return await self.steer(run_id, LiveMessage(text=text, id=message_id or ""), checked)
+
+    async def answer(
+        self, run_id: str, request_id: str, text: str, checked: bool = False
+    ) -> Ack | None:
+        """Answer an `ask_user` question; the answer becomes the tool's observation."""
+        return await self.steer(run_id, Answer(request_id=request_id, text=text), checked)
+
+    async def grant_steps(self, run_id: str, steps: int, checked: bool = False) -> Ack | None:
+        """Let a run waiting at its step limit take `steps` more (0 ends it `max_steps`)."""
+        return await self.steer(run_id, StepGrant(steps=steps), checked)
+
+    async def running_runs(self, limit: int = 200) -> list[str]:
+        query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
+        return [wf.id async for wf in self.client.list_workflows(query, limit=limit)]
 
     async def is_running(self, run_id: str) -> bool:
         desc = await self.handle(run_id).describe()

@@ -7,6 +7,7 @@ still sees a durable run end to end: tool calls, observations, a file write and 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -75,11 +76,35 @@ async def run_demo(settings: Settings) -> int:
                 client = CapstanClient(temporal, settings)
                 run_id = await client.start_run(RunSpec(task=TASK, max_steps=10))
                 print(f"started run {run_id} on {settings.address} (workspace: {workspace})")
-                result = await _show(client, run_id)
+                reviewer = asyncio.create_task(_review(client, run_id))
+                try:
+                    result = await _show(client, run_id)
+                finally:
+                    reviewer.cancel()
     summary = workspace / "summary.txt"
     if summary.exists():
         print(f"summary.txt: {summary.read_text(encoding='utf-8').strip()}")
     return 0 if result.terminal_reason is TerminalReason.COMPLETED else 1
+
+
+async def _review(client: CapstanClient, run_id: str) -> None:
+    """Play the human reviewer: show each approval request, then approve it."""
+    content = client.content()
+    while True:
+        await asyncio.sleep(0.3)
+        with contextlib.suppress(Exception):
+            for request in (await client.pending(run_id)).approvals:
+                args = content.resolve(request.arguments)
+                print(f"  approval requested: {request.tool}({args}) because {request.reason}")
+                await client.decide(
+                    run_id,
+                    "approve",
+                    request.request_id,
+                    args_hash=request.args_hash,
+                    reason="the demo reviewer approves",
+                    checked=True,
+                )
+                print(f"  approved {request.request_id} as {client.settings.identity}")
 
 
 async def _show(client: CapstanClient, run_id: str) -> RunResult:

@@ -40,7 +40,20 @@ def build_transcript(content: ContentStore, view: TranscriptView) -> list[StepVi
     calls: dict[str, ToolCallView] = {}
     for message in messages:
         _fold(content, message, steps, calls)
+    by_step = {s.step: s for s in steps}
+    for record in view.records:
+        step = by_step.get(_step_of(record.request_id))
+        if step is not None:
+            who = f" by {record.identity}" if record.identity else ""
+            why = f": {record.reason}" if record.reason else ""
+            step.notes.append(f"[{record.action}] {record.tool} {record.request_id}{who}{why}")
     return steps
+
+
+def _step_of(request_id: str) -> int:
+    """Request ids are `run_id/step/call_id`."""
+    parts = request_id.rsplit("/", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else -1
 
 
 def _fold(
