@@ -48,6 +48,7 @@ def settings(dev_server: EmbeddedServer, tmp_path: Path) -> Settings:
         data_dir=tmp_path / "data",
         temporal_address=dev_server.address,
         task_queue=f"tq-{uuid.uuid4().hex[:10]}",
+        identity="tester@ci",
     )
 
 

@@ -71,3 +71,16 @@ async def big_output(size: int = 20_000, seed: int = 0) -> str:
 
 
 tools.append(big_output)
+
+
+@tool(read_only=True, sensitive=True)
+async def read_secrets(name: str) -> str:
+    """Read a (fake) secret: a sensitive-data tool for the Rule of Two.
+
+    Args:
+        name: Which secret.
+    """
+    return f"secret value of {name}"
+
+
+tools.append(read_secrets)

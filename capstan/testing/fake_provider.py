@@ -43,8 +43,8 @@ class Fault:
     times: int = 1
 
 
-def call(name: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return (name, arguments)
+def call(tool: str, /, **arguments: Any) -> tuple[str, dict[str, Any]]:
+    return (tool, arguments)
 
 
 def say(*calls: tuple[str, dict[str, Any]], content: str = "", hold: float = 0.0) -> Reply:
