@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from temporalio.service import RPCError
+
 from capstan.client import CapstanClient
 from capstan.spec import RunStatus
 from capstan.steering import PendingView
@@ -18,8 +20,11 @@ async def wait_pending(
 ) -> PendingView:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        view = await client.pending(run_id)
-        if ready(view):
+        try:
+            view: PendingView | None = await client.pending(run_id)
+        except RPCError:
+            view = None  # no worker polling yet
+        if view is not None and ready(view):
             return view
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{run_id} never reached the awaited state: {view}")
@@ -31,8 +36,11 @@ async def wait_status(
 ) -> RunStatus:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        status = await client.status(run_id)
-        if ready(status):
+        try:
+            status: RunStatus | None = await client.status(run_id)
+        except RPCError:
+            status = None  # no worker polling yet
+        if status is not None and ready(status):
             return status
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"{run_id} never reached the awaited status: {status}")

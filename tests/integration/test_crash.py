@@ -17,13 +17,19 @@ from temporalio.client import Client
 from capstan.client import CapstanClient
 from capstan.config import Settings
 from capstan.spec import ActivityTuning, RunResult, RunSpec, TerminalReason
+from capstan.steering import PendingView
 from capstan.testing.fake_provider import FakeProvider, call, say
 from capstan.transcript import StepView, build_transcript
+from capstan.workflow_io import TranscriptView
 from tests.integration.helpers import model_env, record_history
+from tests.integration.steer_helpers import wait_pending, wait_status
 
 pytestmark = [pytest.mark.server, pytest.mark.crash, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
+# tests.sample_tools also has a sensitive tool; offering it with read_file and a writer would
+# (rightly) trigger the Rule of Two, so these runs offer only what they use.
+TOOLS = ("append_line", "shout", "list_dir")
 TUNING = ActivityTuning(model_heartbeat=2.0, tool_heartbeat=2.0, model_initial_retry=0.2)
 
 
@@ -54,6 +60,7 @@ class Recovered:
     run_id: str
     result: RunResult
     steps: list[StepView]
+    view: TranscriptView
 
 
 async def kill_and_recover(
@@ -63,9 +70,10 @@ async def kill_and_recover(
     spec: RunSpec,
     until: Callable[[CapstanClient, str], Awaitable[None]],
     history_name: str | None = None,
+    while_down: Callable[[CapstanClient, str], Awaitable[None]] | None = None,
 ) -> Recovered:
-    """Start a worker process and the run, SIGKILL the worker once `until` returns, start a new
-    worker and wait for the run's result."""
+    """Start a worker process and the run, SIGKILL the worker once `until` returns, run
+    `while_down` with no worker alive, start a new worker and wait for the run's result."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.workspace_dir.mkdir(parents=True, exist_ok=True)
     client = CapstanClient(temporal, settings)
@@ -75,16 +83,19 @@ async def kill_and_recover(
         await until(client, run_id)
     finally:
         kill(first)
+    if while_down is not None:
+        await while_down(client, run_id)
     second = start_worker(settings, fake)
     try:
         result = await asyncio.wait_for(client.result(run_id), 60)
-        steps = build_transcript(client.content(), await client.transcript_view(run_id))
+        view = await client.transcript_view(run_id)
+        steps = build_transcript(client.content(), view)
         if history_name:
             await record_history(client.handle(run_id), history_name)
     finally:
         second.terminate()
         second.wait(timeout=15)
-    return Recovered(client, run_id, result, steps)
+    return Recovered(client, run_id, result, steps, view)
 
 
 async def test_worker_killed_during_model_call(temporal, settings: Settings) -> None:
@@ -98,7 +109,9 @@ async def test_worker_killed_during_model_call(temporal, settings: Settings) -> 
         await asyncio.to_thread(fake.wait_for_step, 1)
 
     with FakeProvider(script) as fake:
-        spec = RunSpec(task="append and finish", tuning=TUNING, auto_approve=True)
+        spec = RunSpec(
+            task="append and finish", tuning=TUNING, auto_approve=True, allowed_tools=TOOLS
+        )
         got = await kill_and_recover(
             temporal, settings, fake, spec, model_call_in_flight, "worker_killed_during_model_call"
         )
@@ -125,9 +138,75 @@ async def test_worker_killed_during_tool_applies_effect_once(temporal, settings:
             await asyncio.sleep(0.05)
 
     with FakeProvider(script) as fake:
-        spec = RunSpec(task="append", tuning=TUNING, auto_approve=True)
+        spec = RunSpec(task="append", tuning=TUNING, auto_approve=True, allowed_tools=TOOLS)
         got = await kill_and_recover(temporal, settings, fake, spec, effect_applied)
     assert got.result.terminal_reason is TerminalReason.COMPLETED
     assert log.read_text() == "exactly once\n"
     observation = got.steps[0].tool_calls[0].observation or ""
     assert observation.startswith("already appended (key " + got.run_id + "/1/call_0_0")
+
+
+async def test_worker_killed_while_waiting_for_approval(temporal, settings: Settings) -> None:
+    """(a) approve while no worker runs: the signal is durable, the new worker applies it once."""
+    shown: list[PendingView] = []
+
+    async def waiting(client: CapstanClient, run_id: str) -> None:
+        shown.append(await wait_pending(client, run_id))
+
+    async def approve_offline(client: CapstanClient, run_id: str) -> None:
+        (request,) = shown[0].approvals  # what the reviewer was shown before the crash
+        await client.decide(run_id, "approve", request.request_id, args_hash=request.args_hash)
+        await client.decide(run_id, "approve", request.request_id, args_hash=request.args_hash)
+
+    script = [
+        say(call("append_line", path="log.txt", line="approved")),
+        say(call("finish", answer="done")),
+    ]
+    with FakeProvider(script) as fake:
+        spec = RunSpec(task="append after approval", tuning=TUNING, allowed_tools=TOOLS)
+        got = await kill_and_recover(
+            temporal, settings, fake, spec, waiting, "approval_across_crash", approve_offline
+        )
+    assert got.result.terminal_reason is TerminalReason.COMPLETED
+    assert (settings.workspace_dir / "log.txt").read_text() == "approved\n"
+    assert [r.action for r in got.view.records] == ["approve"]
+    assert len(got.view.diagnostics) == 1  # the second decision was stale: ignored, recorded
+
+
+async def test_worker_killed_while_paused(temporal, settings: Settings) -> None:
+    """(b) a paused run stays paused across a crash and resumes by a signal sent offline."""
+
+    async def paused(client: CapstanClient, run_id: str) -> None:
+        await asyncio.to_thread(fake.wait_for_step, 0)
+        await client.pause(run_id)
+        await wait_status(client, run_id, lambda s: s.paused and s.step == 1)
+
+    async def resume_offline(client: CapstanClient, run_id: str) -> None:
+        await client.send_message(run_id, "resumed by the operator", "r1")
+        await client.resume(run_id)
+
+    script = [say(call("list_dir"), hold=0.5), say(call("finish", answer="done"))]
+    with FakeProvider(script) as fake:
+        spec = RunSpec(task="pause me", tuning=TUNING, allowed_tools=TOOLS)
+        got = await kill_and_recover(temporal, settings, fake, spec, paused, None, resume_offline)
+    assert got.result.terminal_reason is TerminalReason.COMPLETED
+    assert fake.steps_seen() == [0, 1]
+    live = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "user"][1:]
+    assert live == ["resumed by the operator"]
+
+
+async def test_worker_killed_between_message_and_delivery(temporal, settings: Settings) -> None:
+    """(c) a message signalled during a model call is delivered exactly once after the crash."""
+
+    async def message_sent(client: CapstanClient, run_id: str) -> None:
+        await asyncio.to_thread(fake.wait_for_step, 0)
+        await client.send_message(run_id, "use the blue one", "m1")
+
+    script = [say(call("list_dir"), hold=30.0), say(call("finish", answer="blue"))]
+    with FakeProvider(script) as fake:
+        spec = RunSpec(task="listen", tuning=TUNING, allowed_tools=TOOLS)
+        got = await kill_and_recover(temporal, settings, fake, spec, message_sent)
+    assert got.result.terminal_reason is TerminalReason.COMPLETED
+    assert fake.steps_seen() == [0, 0, 1]
+    live = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"][1:]
+    assert live == ["use the blue one"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from capstan.spec import RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.conftest import free_port
 from tests.integration.helpers import running_worker
+from tests.integration.steer_helpers import wait_pending
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -53,3 +55,36 @@ async def test_port_taken_by_something_else(tmp_path: Path) -> None:
     message = str(err.value)
     assert f"port {port}" in message and "not a Temporal server" in message
     assert "\n" not in message
+
+
+async def test_server_killed_while_waiting_for_approval(tmp_path: Path) -> None:
+    """The dev server is SIGKILLed while a run waits for approval; after a restart on the same
+    SQLite file the approval goes through and the run completes."""
+    port = free_port()
+    settings = Settings(
+        data_dir=tmp_path, temporal_address=f"127.0.0.1:{port}", task_queue="q", identity="ops"
+    )
+    script = [say(call("write_file", path="a.txt", content="x")), say(call("finish", answer="ok"))]
+    with FakeProvider(script) as fake:
+        first = EmbeddedServer(tmp_path, port)
+        await first.start()
+        try:
+            temporal = await connect_temporal(settings)
+            async with running_worker(temporal, settings, fake):
+                client = CapstanClient(temporal, settings)
+                run_id = await client.start_run(RunSpec(task="write"))
+                (request,) = (await wait_pending(client, run_id)).approvals
+        finally:
+            assert first.process is not None
+            first.process.kill()  # SIGKILL: no clean shutdown
+            first.process.wait()
+        async with EmbeddedServer(tmp_path, port):
+            temporal = await connect_temporal(settings)
+            async with running_worker(temporal, settings, fake):
+                client = CapstanClient(temporal, settings)
+                await client.decide(
+                    run_id, "approve", request.request_id, args_hash=request.args_hash
+                )
+                result = await asyncio.wait_for(client.result(run_id), 60)
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert (settings.workspace_dir / "a.txt").read_text() == "x"
