@@ -15,6 +15,7 @@ from capstan.state import RunState
 from capstan.steering import ApprovalRecord, CancelRequest
 
 __all__ = [
+    "CANCEL_IN_FLIGHT_PATCH",
     "TOOL_POLICY_PATCH",
     "WORKFLOW_NAME",
     "AgentInput",
@@ -27,6 +28,10 @@ WORKFLOW_NAME = "AgentWorkflow"
 #: `workflow.patched` id of tool policy and approvals. Runs recorded before it run every known
 #: tool at once; replaying them must not start asking for approvals.
 TOOL_POLICY_PATCH = "tool-policy-v1"
+
+#: `workflow.patched` id: a `cancel` signal cancels in-flight activities instead of waiting for
+#: them. Runs recorded before it let the activity finish first.
+CANCEL_IN_FLIGHT_PATCH = "cancel-in-flight-v1"
 
 
 class AgentInput(BaseModel):

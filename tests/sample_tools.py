@@ -84,3 +84,22 @@ async def read_secrets(name: str) -> str:
 
 
 tools.append(read_secrets)
+
+
+@tool(read_only=True)
+async def sleepy(ctx: ToolContext, seconds: float, marker: str = "sleepy.cancelled") -> str:
+    """Sleep; if cancelled (through the activity's heartbeats), leave a marker file.
+
+    Args:
+        seconds: How long to sleep.
+        marker: File written in the workspace when the sleep is cancelled.
+    """
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        (ctx.workspace / marker).write_text(ctx.idempotency_key)
+        raise
+    return "slept"
+
+
+tools.append(sleepy)

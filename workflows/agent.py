@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome
     from capstan.workflow_io import (
+        CANCEL_IN_FLIGHT_PATCH,
         TOOL_POLICY_PATCH,
         WORKFLOW_NAME,
         AgentInput,
@@ -106,8 +107,9 @@ class AgentWorkflow:
                 if isinstance(effect, AwaitInput):
                     await self._await_input(effect)
                     continue
-                outcome = await self._perform(effect)
-                self._fold(outcome)
+                outcome = await self._perform_unless_cancelled(effect)
+                if outcome is not None:
+                    self._fold(outcome)
         except asyncio.CancelledError:
             # A Temporal cancellation request: end with a result, not a failure.
             self._fold(CancelRequested(reason="cancellation requested through Temporal"))
@@ -270,6 +272,18 @@ class AgentWorkflow:
             steps=self.state.step,
             usage=self.state.usage,
         )
+
+    async def _perform_unless_cancelled(self, effect: Effect) -> Outcome | None:
+        """Perform `effect`; a `cancel` signal arriving meanwhile cancels its activities (tools
+        learn it through their heartbeats) and the run ends at once with its partial result."""
+        work = asyncio.ensure_future(self._perform(effect))
+        await workflow.wait_condition(lambda: work.done() or self.state.cancel_reason is not None)
+        if work.done() or not workflow.patched(CANCEL_IN_FLIGHT_PATCH):
+            return await work
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+        return None
 
     async def _perform(self, effect: Effect) -> Outcome:
         match effect:

@@ -23,7 +23,8 @@ FAST = ActivityTuning(model_initial_retry=0.1, model_max_retry=0.2, model_max_at
 
 
 def spec(**kw: object) -> RunSpec:
-    return RunSpec(task="steer me", tuning=FAST, **kw)  # type: ignore[arg-type]
+    kw.setdefault("tuning", FAST)
+    return RunSpec(task="steer me", **kw)  # type: ignore[arg-type]
 
 
 def write(path: str, content: str = "x") -> tuple[str, dict[str, object]]:
@@ -268,3 +269,30 @@ async def test_continue_as_new_keeps_messages_and_approvals(temporal, settings, 
     users = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"]
     assert users[1:] == ["keep this", "and this", "while approving"]
     assert (workspace / "a.txt").exists()
+
+
+@pytest.mark.parametrize("how", ["signal", "temporal"])
+async def test_cancel_reaches_tools_in_flight(temporal, settings, workspace, how: str) -> None:
+    settings = settings.model_copy(update={"tools_module": "tests.sample_tools"})
+    tuning = FAST.model_copy(update={"tool_heartbeat": 2.0})
+    script = [say(call("sleepy", seconds=60)), say(call("finish", answer="never"))]
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(spec(tuning=tuning, allowed_tools=("sleepy",)))
+            await wait_status(client, run_id, lambda s: s.phase == "acting")
+            await asyncio.sleep(0.5)  # the tool is running now
+            if how == "signal":
+                await client.cancel(run_id, reason="stop now")
+            else:
+                await client.handle(run_id).cancel()
+            result = await asyncio.wait_for(client.result(run_id), 20)
+            await record_history(client.handle(run_id), f"cancel_in_flight_{how}")
+            for _ in range(100):  # the cancellation reaches the tool at its next heartbeat
+                if (workspace / "sleepy.cancelled").exists():
+                    break
+                await asyncio.sleep(0.1)
+    assert result.terminal_reason is TerminalReason.CANCELLED
+    assert result.steps == 1
+    assert (workspace / "sleepy.cancelled").read_text() == f"{run_id}/1/call_0_0"
+    assert fake.steps_seen() == [0]
