@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from capstan.client import CapstanClient
 from capstan.config import Settings
+from capstan.spec import RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.integration.helpers import running_worker
+from tests.integration.steer_helpers import wait_pending
 
 pytestmark = pytest.mark.server
 
@@ -69,3 +72,51 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "no Temporal server answers at 127.0.0.1:1" in done.stderr
+
+
+async def test_steering_commands(temporal, settings: Settings) -> None:
+    script = [
+        say(call("write_file", path="a.txt", content="x")),
+        say(call("finish", answer="steered")),
+    ]
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            run_id = await client.start_run(RunSpec(task="write", run_id="cli-steer"))
+            await wait_pending(client, run_id)
+            pending = await asyncio.to_thread(capstan, settings, "pending", run_id, "--json")
+            inbox = await asyncio.to_thread(capstan, settings, "pending")
+            sent = await asyncio.to_thread(capstan, settings, "send", run_id, "hello", "--id", "m1")
+            wrong = await asyncio.to_thread(
+                capstan, settings, "approve", run_id, "cli-steer/9/x", "--checked"
+            )
+            approved = await asyncio.to_thread(capstan, settings, "approve", run_id, "--checked")
+            result = await client.result(run_id)
+    (view,) = json.loads(pending.stdout)
+    (request,) = view["approvals"]
+    assert request["request_id"] == "cli-steer/1/call_0_0" and len(request["args_hash"]) == 64
+    assert "cli-steer  approval  cli-steer/1/call_0_0  write_file(" in inbox.stdout
+    assert sent.returncode == 0 and "signal accepted by the server" in sent.stdout
+    assert wrong.returncode == 2 and "no open approval request" in wrong.stderr
+    assert approved.returncode == 0 and "applied" in approved.stdout
+    assert result.terminal_reason is TerminalReason.COMPLETED
+
+
+async def test_signals_work_with_no_worker(temporal, settings: Settings) -> None:
+    client = CapstanClient(temporal, settings)
+    run_id = await client.start_run(RunSpec(task="nobody works here"))
+    outputs = [
+        await asyncio.to_thread(capstan, settings, *args)
+        for args in (
+            ("pause", run_id),
+            ("send", run_id, "queued while no worker runs"),
+            ("resume", run_id),
+            ("cancel", run_id, "--reason", "done with it"),
+        )
+    ]
+    assert all(o.returncode == 0 for o in outputs), [o.stderr for o in outputs]
+    assert all("signal accepted by the server" in o.stdout for o in outputs)
+    with FakeProvider([]) as fake:
+        async with running_worker(temporal, settings, fake):
+            result = await client.result(run_id)
+    assert result.terminal_reason is TerminalReason.CANCELLED and result.error == "done with it"

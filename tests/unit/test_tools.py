@@ -123,3 +123,22 @@ async def test_list_tools_filters_but_always_offers_finish(activities: ToolActiv
     assert catalog.timeouts == {"search": 5}
     specs = json.loads(activities.content.read_bytes(catalog.specs_ref.sha256))
     assert [s["name"] for s in specs] == ["finish", "read_file", "search"]
+
+
+async def test_worker_policy_file_reaches_the_catalog(tmp_path: Path) -> None:
+    from worker import load_policy
+
+    policy_file = tmp_path / "policy.toml"
+    policy_file.write_text(
+        '[tools.list_dir]\ndecision = "deny"\n\n'
+        '[tools.write_file]\ndecision = "ask"\ndeny_arguments = { path = "^secrets/" }\n'
+    )
+    rules = load_policy(policy_file)
+    registry = ToolRegistry(BUILTIN_TOOLS)
+    acts = ToolActivities(registry, ContentStore(LocalBlobStore(tmp_path / "b")), tmp_path, rules)
+    catalog = await acts.list_tools(ListToolsInput())
+    assert catalog.tools["list_dir"].policy == "deny"
+    assert catalog.tools["write_file"].deny_arguments == {"path": "^secrets/"}
+    assert catalog.tools["read_file"].untrusted_output and catalog.tools["read_file"].read_only
+    assert catalog.tools["write_file"].parameters["required"] == ["path", "content"]
+    assert load_policy(None) == {}
