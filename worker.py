@@ -22,6 +22,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from activities.compaction import CompactionActivities
 from activities.model import ModelActivities
 from activities.tokens import count_tokens
 from activities.tool_runner import ToolActivities
@@ -68,7 +69,10 @@ def build_worker(
 ) -> Worker:
     """A worker with the agent workflow and every activity, dependencies injected."""
     content = ContentStore(LocalBlobStore(settings.blob_dir), count_tokens=count_tokens)
-    models = ModelActivities(content, env if env is not None else os.environ, http)
+    models = ModelActivities(
+        content, env if env is not None else os.environ, http, count_tokens=count_tokens
+    )
+    compaction = CompactionActivities(content, models, http, count_tokens)
     tools = ToolActivities(
         build_registry(settings.tools_module),
         content,
@@ -77,6 +81,8 @@ def build_worker(
     )
     options: dict[str, object] = {
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+        # streamed text rides on heartbeats: let them reach watchers within a second
+        "max_heartbeat_throttle_interval": timedelta(seconds=1),
         "activity_executor": ThreadPoolExecutor(4),
     }
     options.update(worker_options)
@@ -84,7 +90,13 @@ def build_worker(
         client,
         task_queue=settings.task_queue,
         workflows=[AgentWorkflow, *extra_workflows],
-        activities=[models.call_model, tools.list_tools, tools.run_tool],
+        activities=[
+            models.describe_model,
+            models.call_model,
+            compaction.compact_context,
+            tools.list_tools,
+            tools.run_tool,
+        ],
         **options,  # type: ignore[arg-type]
     )
 

@@ -8,8 +8,8 @@ cancels the awaited work.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from temporalio import activity
 
@@ -18,8 +18,13 @@ __all__ = ["with_heartbeat"]
 T = TypeVar("T")
 
 
-async def with_heartbeat(work: Awaitable[T], interval: float = 1.0) -> T:
-    """Await `work`, heartbeating every `interval` seconds (outside an activity: just await)."""
+async def with_heartbeat(
+    work: Awaitable[T], interval: float = 1.0, details: Callable[[], Any] | None = None
+) -> T:
+    """Await `work`, heartbeating every `interval` seconds (outside an activity: just await).
+
+    `details()` is attached to each heartbeat: watchers read it (e.g. streamed text so far).
+    """
     task = asyncio.ensure_future(work)
     if not activity.in_activity():
         return await task
@@ -28,7 +33,10 @@ async def with_heartbeat(work: Awaitable[T], interval: float = 1.0) -> T:
             done, _ = await asyncio.wait({task}, timeout=interval)
             if done:
                 return task.result()
-            activity.heartbeat()
+            if details is None:
+                activity.heartbeat()
+            else:
+                activity.heartbeat(details())
     except asyncio.CancelledError:
         task.cancel()
         raise

@@ -6,6 +6,8 @@ large content travels as `BlobRef`. Fields are only ever added, with defaults.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict
 
 from capstan.content import BlobRef, Text
@@ -13,6 +15,10 @@ from capstan.messages import Message, Usage
 
 __all__ = [
     "CallModelInput",
+    "CompactInput",
+    "CompactResult",
+    "CompactionStrategy",
+    "DescribeModelInput",
     "ListToolsInput",
     "ModelReply",
     "RunToolInput",
@@ -40,6 +46,10 @@ class CallModelInput(BaseModel):
     new_messages: tuple[Message, ...]
     tools: BlobRef
     observation_max_chars: int = 16_000
+    tool_result_max_tokens: int = 30_000
+    tool_result_window_share: float = 0.4
+    tool_result_max_lines: int = 2_000
+    tool_result_max_bytes: int = 100_000
 
 
 class ModelReply(BaseModel):
@@ -53,6 +63,9 @@ class ModelReply(BaseModel):
     stop_reason: str
     model: str
     latency_ms: int = 0
+    profile: str = ""
+    estimated_input_tokens: int = 0
+    repaired_calls: int = 0
 
 
 class RunToolInput(BaseModel):
@@ -66,3 +79,40 @@ class RunToolInput(BaseModel):
     name: str
     arguments: Text
     idempotency_key: str
+
+
+class DescribeModelInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    profile: str
+
+
+CompactionStrategy = Literal["warn", "prune", "summarize"]
+
+
+class CompactInput(BaseModel):
+    """Compact the conversation behind `conversation`, keeping the last `keep_turns` turns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    step: int
+    profile: str
+    conversation: BlobRef
+    strategy: CompactionStrategy
+    keep_turns: int = 4
+    reason: str = ""
+
+
+class CompactResult(BaseModel):
+    """The compacted conversation head (none for `warn`) and what changed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    strategy: CompactionStrategy
+    conversation: BlobRef | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    pruned: int = 0
+    summarized: int = 0
+    nudge: str | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 
@@ -209,4 +210,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         print(f"capstan: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = EXIT_ERROR
-    sys.exit(code)
+    # Leave without interpreter finalisation: the Temporal core runtime's native threads can
+    # abort the process (SIGABRT) while Python tears down, turning a successful command into a
+    # crash (seen here on short-lived commands). Everything worth keeping is flushed first.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -11,7 +11,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from capstan.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
+from capstan.activity_io import (
+    CallModelInput,
+    CompactInput,
+    CompactResult,
+    DescribeModelInput,
+    ListToolsInput,
+    ModelReply,
+    RunToolInput,
+)
+from capstan.models import ModelChain
 from capstan.spec import RunResult
 from capstan.steering import SteeringInput
 from capstan.tooling import ToolCatalog, ToolOutcome
@@ -21,10 +30,15 @@ __all__ = [
     "Boundary",
     "CallModel",
     "CancelRequested",
+    "CompactContext",
+    "CompactionFailed",
+    "ContextCompacted",
     "ContinueAsNew",
+    "DescribeModel",
     "Effect",
     "Finish",
     "LoadTools",
+    "ModelDescribed",
     "ModelFailed",
     "ModelReplied",
     "Outcome",
@@ -45,6 +59,16 @@ class _Frozen(BaseModel):
 class LoadTools(_Frozen):
     kind: Literal["load_tools"] = "load_tools"
     request: ListToolsInput
+
+
+class DescribeModel(_Frozen):
+    kind: Literal["describe_model"] = "describe_model"
+    request: DescribeModelInput
+
+
+class CompactContext(_Frozen):
+    kind: Literal["compact_context"] = "compact_context"
+    request: CompactInput
 
 
 class CallModel(_Frozen):
@@ -78,7 +102,16 @@ class Finish(_Frozen):
     result: RunResult
 
 
-Effect = LoadTools | CallModel | RunTools | AwaitInput | ContinueAsNew | Finish
+Effect = (
+    LoadTools
+    | DescribeModel
+    | CompactContext
+    | CallModel
+    | RunTools
+    | AwaitInput
+    | ContinueAsNew
+    | Finish
+)
 
 
 # Outcomes --------------------------------------------------------------------------------------
@@ -87,6 +120,21 @@ Effect = LoadTools | CallModel | RunTools | AwaitInput | ContinueAsNew | Finish
 class ToolsLoaded(_Frozen):
     kind: Literal["tools_loaded"] = "tools_loaded"
     catalog: ToolCatalog
+
+
+class ModelDescribed(_Frozen):
+    kind: Literal["model_described"] = "model_described"
+    chain: ModelChain
+
+
+class ContextCompacted(_Frozen):
+    kind: Literal["context_compacted"] = "context_compacted"
+    result: CompactResult
+
+
+class CompactionFailed(_Frozen):
+    kind: Literal["compaction_failed"] = "compaction_failed"
+    error: str
 
 
 class ModelReplied(_Frozen):
@@ -127,5 +175,14 @@ class Boundary(_Frozen):
 
 
 Outcome = (
-    ToolsLoaded | ModelReplied | ModelFailed | ToolsFinished | CancelRequested | Steered | Boundary
+    ToolsLoaded
+    | ModelDescribed
+    | ContextCompacted
+    | CompactionFailed
+    | ModelReplied
+    | ModelFailed
+    | ToolsFinished
+    | CancelRequested
+    | Steered
+    | Boundary
 )

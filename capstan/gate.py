@@ -13,11 +13,11 @@ from datetime import datetime, timedelta
 from capstan import nudges, policy
 from capstan.finish import finish_answer
 from capstan.messages import ToolCall
-from capstan.state import RunState
+from capstan.state import MAX_RECORDS, RunState
 from capstan.steering import ApprovalRecord, ApprovalRequest, Question
 from capstan.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolFailed, ToolInfo
 
-__all__ = ["gate_turn"]
+__all__ = ["expire_requests", "gate_turn", "open_requests"]
 
 
 def gate_turn(state: RunState, calls: tuple[ToolCall, ...]) -> RunState:
@@ -45,7 +45,7 @@ def gate_turn(state: RunState, calls: tuple[ToolCall, ...]) -> RunState:
             "questions": tuple(questions),
             "approved_args": {},
             "edited": {},
-            "records": (state.records + tuple(records))[-200:],
+            "records": (state.records + tuple(records))[-MAX_RECORDS:],
         }
     )
 
@@ -129,4 +129,46 @@ def _policy_record(state: RunState, call: ToolCall, reason: str) -> ApprovalReco
         at=state.now,
         args_hash=policy.arguments_hash(call.name, call.arguments),
         reason=reason,
+    )
+
+
+def open_requests(state: RunState) -> list[ApprovalRequest | Question]:
+    return [*state.approvals, *state.questions]
+
+
+def expire_requests(state: RunState, now: datetime) -> RunState:
+    overdue = [r for r in open_requests(state) if r.expires_at <= now]
+    if not overdue:
+        return state
+    if state.spec.approval_expiry == "cancel":
+        first = overdue[0].request_id
+        return state.model_copy(
+            update={"cancel_reason": f"request {first} expired without a decision"}
+        )
+    gone = {r.request_id for r in overdue}
+    failures = tuple(
+        ToolFailed(
+            call_id=r.call_id,
+            failure="expired",
+            error=f"no decision before {r.expires_at.isoformat()}: the request expired",
+        )
+        for r in overdue
+    )
+    records = tuple(
+        ApprovalRecord(
+            request_id=r.request_id,
+            tool=r.tool if isinstance(r, ApprovalRequest) else "ask_user",
+            action="expired",
+            at=now,
+            reason="expired without a decision",
+        )
+        for r in overdue
+    )
+    return state.model_copy(
+        update={
+            "approvals": tuple(r for r in state.approvals if r.request_id not in gone),
+            "questions": tuple(q for q in state.questions if q.request_id not in gone),
+            "decided": state.decided + failures,
+            "records": (state.records + records)[-MAX_RECORDS:],
+        }
     )

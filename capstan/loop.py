@@ -26,18 +26,29 @@ from __future__ import annotations
 from datetime import datetime
 from typing import assert_never
 
-from capstan import nudges
-from capstan.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
+from capstan import context, nudges
+from capstan.activity_io import (
+    CallModelInput,
+    DescribeModelInput,
+    ListToolsInput,
+    ModelReply,
+    RunToolInput,
+)
 from capstan.content import Text
 from capstan.effects import (
     AwaitInput,
     Boundary,
     CallModel,
     CancelRequested,
+    CompactContext,
+    CompactionFailed,
+    ContextCompacted,
     ContinueAsNew,
+    DescribeModel,
     Effect,
     Finish,
     LoadTools,
+    ModelDescribed,
     ModelFailed,
     ModelReplied,
     Outcome,
@@ -47,13 +58,12 @@ from capstan.effects import (
     ToolsLoaded,
 )
 from capstan.finish import finish_answer
-from capstan.gate import gate_turn
+from capstan.gate import expire_requests, gate_turn, open_requests
 from capstan.inputs import apply_input
 from capstan.messages import Message, Usage
 from capstan.policy import rule_of_two_applies
 from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
-from capstan.state import MAX_RECORDS, RunState
-from capstan.steering import ApprovalRecord, ApprovalRequest, Question
+from capstan.state import RunState
 from capstan.tooling import FINISH_TOOL, ToolFailed, ToolInfo, ToolOutcome, ToolSucceeded
 
 __all__ = [
@@ -76,7 +86,9 @@ class IllegalTransitionError(RuntimeError):
     """An outcome arrived that the current phase cannot accept: a bug in an interpreter."""
 
 
-def initial_state(spec: RunSpec, run_id: str, *, gating: bool = True) -> RunState:
+def initial_state(
+    spec: RunSpec, run_id: str, *, gating: bool = True, context_managed: bool = True
+) -> RunState:
     """The state of a new run: the system prompt and the task are pending for the first call.
 
     `gating=False` reproduces runs recorded before tool policy existed (every known tool runs).
@@ -88,7 +100,13 @@ def initial_state(spec: RunSpec, run_id: str, *, gating: bool = True) -> RunStat
         Message(role="system", content=system, origin="system"),
         Message(role="user", content=spec.task, origin="task"),
     )
-    return RunState(spec=spec, run_id=run_id, pending=pending, gating=gating)
+    return RunState(
+        spec=spec,
+        run_id=run_id,
+        pending=pending,
+        gating=gating,
+        context_managed=context_managed,
+    )
 
 
 def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
@@ -106,23 +124,14 @@ def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
         return AwaitInput(waiting_for=("resume",))
     match state.phase:
         case "starting":
-            return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
+            if state.catalog is None:
+                return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
+            return DescribeModel(request=DescribeModelInput(profile=state.spec.model))
         case "thinking":
-            if state.awaiting_steps:
-                return AwaitInput(waiting_for=("steps",))
-            if state.step >= state.step_limit:
-                done = _terminate(
-                    state, TerminalReason.MAX_STEPS, f"stopped after {state.step} steps"
-                )
-                return Finish(result=_result(done))
-            if state.segment_steps >= state.spec.continue_as_new_every or (
-                continue_suggested and state.segment_steps > 0
-            ):
-                return ContinueAsNew()
-            return CallModel(request=_model_request(state))
+            return _thinking(state, continue_suggested)
         case "acting":
             if state.approvals or state.questions:
-                expiries = [r.expires_at for r in _open_requests(state)]
+                expiries = [r.expires_at for r in open_requests(state)]
                 return AwaitInput(waiting_for=tuple(state.waiting_for()), until=min(expiries))
             return _run_tools(state)
         case "finished":
@@ -145,15 +154,25 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
         case ToolsLoaded(catalog=catalog):
             _expect(state, "starting", outcome.kind)
             rule_of_two = state.gating and rule_of_two_applies(catalog, state.spec)
+            phase = "starting" if state.context_managed else "thinking"
             return state.model_copy(
-                update={"catalog": catalog, "phase": "thinking", "rule_of_two": rule_of_two}
+                update={"catalog": catalog, "phase": phase, "rule_of_two": rule_of_two}
             )
+        case ModelDescribed(chain=chain):
+            _expect(state, "starting", outcome.kind)
+            return state.model_copy(update={"model_chain": chain, "phase": "thinking"})
+        case ContextCompacted(result=result):
+            _expect(state, "thinking", outcome.kind)
+            return context.on_compacted(state, result)
+        case CompactionFailed(error=error):
+            _expect(state, "thinking", outcome.kind)
+            return context.on_compaction_failed(state, error)
         case ModelReplied(reply=reply):
             _expect(state, "thinking", outcome.kind)
             return _on_reply(state, reply)
-        case ModelFailed(error=error):
-            _expect(state, "thinking", outcome.kind)
-            return _terminate(state, TerminalReason.MODEL_ERROR, error or "the model call failed")
+        case ModelFailed(error=error, error_type=error_type):
+            _expect(state, ("starting", "thinking"), outcome.kind)
+            return context.on_model_failed(state, error or "the model call failed", error_type)
         case ToolsFinished(results=results):
             _expect(state, "acting", outcome.kind)
             return _on_tools_finished(state, results)
@@ -176,21 +195,48 @@ def observation_text(outcome: ToolOutcome) -> Text:
 # Transitions -----------------------------------------------------------------------------------
 
 
-def _expect(state: RunState, phase: str, kind: str) -> None:
-    if state.phase != phase:
+def _expect(state: RunState, phase: str | tuple[str, ...], kind: str) -> None:
+    if state.phase not in ((phase,) if isinstance(phase, str) else phase):
         raise IllegalTransitionError(f"outcome {kind!r} arrived in phase {state.phase!r}")
+
+
+def _thinking(state: RunState, continue_suggested: bool) -> Effect:
+    """Step limit, continue-as-new, compaction, then the model call."""
+    if state.awaiting_steps:
+        return AwaitInput(waiting_for=("steps",))
+    if state.step >= state.step_limit:
+        done = _terminate(state, TerminalReason.MAX_STEPS, f"stopped after {state.step} steps")
+        return Finish(result=_result(done))
+    if state.segment_steps >= state.spec.continue_as_new_every or (
+        continue_suggested and state.segment_steps > 0
+    ):
+        return ContinueAsNew()
+    decision = context.plan(state)
+    if decision == "reject":
+        needed = context.estimate_request(state)
+        usable = state.model.usable_window if state.model else 0
+        problem = f"the next request needs ~{needed} tokens; the model allows {usable}"
+        return Finish(result=_result(_terminate(state, TerminalReason.PROMPT_TOO_LONG, problem)))
+    if decision is not None:
+        return CompactContext(request=context.compact_request(state, decision))
+    return CallModel(request=_model_request(state))
 
 
 def _model_request(state: RunState) -> CallModelInput:
     assert state.catalog is not None
+    policy = state.spec.context
     return CallModelInput(
         run_id=state.run_id,
         step=state.step + 1,
-        profile=state.spec.model,
+        profile=state.profile,
         conversation=state.conversation,
         new_messages=state.pending,
         tools=state.catalog.specs_ref,
         observation_max_chars=state.spec.observation_max_chars,
+        tool_result_max_tokens=policy.tool_result_max_tokens,
+        tool_result_window_share=policy.tool_result_window_share,
+        tool_result_max_lines=policy.tool_result_max_lines,
+        tool_result_max_bytes=policy.tool_result_max_bytes,
     )
 
 
@@ -217,6 +263,9 @@ def _run_tools(state: RunState) -> RunTools:
 
 
 def _on_reply(state: RunState, reply: ModelReply) -> RunState:
+    calibration = state.calibration
+    if reply.estimated_input_tokens > 0 and reply.usage.input_tokens > 0:
+        calibration = min(max(reply.usage.input_tokens / reply.estimated_input_tokens, 0.5), 3.0)
     base = state.model_copy(
         update={
             "step": state.step + 1,
@@ -224,6 +273,8 @@ def _on_reply(state: RunState, reply: ModelReply) -> RunState:
             "conversation": reply.conversation,
             "pending": (),
             "usage": state.usage + reply.usage + Usage(model_calls=1),
+            "context_tokens": reply.usage.input_tokens + reply.usage.output_tokens,
+            "calibration": calibration,
         }
     )
     calls = reply.message.tool_calls
@@ -251,55 +302,13 @@ def _on_text_only(state: RunState, message: Message) -> RunState:
     return state.model_copy(update={"pending": (nudge,), "nudges": state.nudges + 1})
 
 
-def _open_requests(state: RunState) -> list[ApprovalRequest | Question]:
-    return [*state.approvals, *state.questions]
-
-
 def _at_boundary(state: RunState, now: datetime) -> RunState:
     """Settle what time decides (expiries) and drain live messages before the next model call."""
-    state = _expire(state.model_copy(update={"now": now}), now)
+    state = expire_requests(state.model_copy(update={"now": now}), now)
     if state.phase == "thinking" and not state.paused and state.inbox:
         stamped = tuple(m.model_copy(update={"step": state.step}) for m in state.inbox)
         state = state.model_copy(update={"pending": state.pending + stamped, "inbox": ()})
     return state
-
-
-def _expire(state: RunState, now: datetime) -> RunState:
-    overdue = [r for r in _open_requests(state) if r.expires_at <= now]
-    if not overdue:
-        return state
-    if state.spec.approval_expiry == "cancel":
-        first = overdue[0].request_id
-        return state.model_copy(
-            update={"cancel_reason": f"request {first} expired without a decision"}
-        )
-    gone = {r.request_id for r in overdue}
-    failures = tuple(
-        ToolFailed(
-            call_id=r.call_id,
-            failure="expired",
-            error=f"no decision before {r.expires_at.isoformat()}: the request expired",
-        )
-        for r in overdue
-    )
-    records = tuple(
-        ApprovalRecord(
-            request_id=r.request_id,
-            tool=r.tool if isinstance(r, ApprovalRequest) else "ask_user",
-            action="expired",
-            at=now,
-            reason="expired without a decision",
-        )
-        for r in overdue
-    )
-    return state.model_copy(
-        update={
-            "approvals": tuple(r for r in state.approvals if r.request_id not in gone),
-            "questions": tuple(q for q in state.questions if q.request_id not in gone),
-            "decided": state.decided + failures,
-            "records": (state.records + records)[-MAX_RECORDS:],
-        }
-    )
 
 
 def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> RunState:
@@ -340,8 +349,7 @@ def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> Run
     )
 
 
-def _terminate(state: RunState, reason: TerminalReason, error: str | None) -> RunState:
-    return state.model_copy(update={"terminal": reason, "error": error, "phase": "finished"})
+_terminate = context.terminate
 
 
 def _result(state: RunState) -> RunResult:

@@ -46,6 +46,7 @@ class Message(BaseModel):
     untrusted: bool = False
     source_id: str | None = None
     note: str | None = None
+    reasoning_signature: str | None = None
 
 
 class Usage(BaseModel):
@@ -57,6 +58,9 @@ class Usage(BaseModel):
     output_tokens: int = 0
     model_calls: int = 0
     tool_calls: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -64,6 +68,9 @@ class Usage(BaseModel):
             output_tokens=self.output_tokens + other.output_tokens,
             model_calls=self.model_calls + other.model_calls,
             tool_calls=self.tool_calls + other.tool_calls,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost_usd=round(self.cost_usd + other.cost_usd, 6),
         )
 
 

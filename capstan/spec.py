@@ -16,6 +16,7 @@ from capstan.messages import Usage
 
 __all__ = [
     "ActivityTuning",
+    "ContextPolicy",
     "FinishMode",
     "Phase",
     "RunResult",
@@ -84,6 +85,28 @@ class ActivityTuning(BaseModel):
     tool_max_attempts: int = 3
 
 
+class ContextPolicy(BaseModel):
+    """When the context window is managed, as fractions of the usable window (window minus the
+    reply's reserve), and how much of a tool result the model sees.
+
+    ok < `compact_at` (prune old tool outputs) < `warn_at` (one nudge listing what will go) <
+    `emergency_at` (summarise the oldest turns) < `reject_at` (the call is not made:
+    `prompt_too_long`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    compact_at: float = Field(default=0.70, gt=0, le=1)
+    warn_at: float = Field(default=0.80, gt=0, le=1)
+    emergency_at: float = Field(default=0.90, gt=0, le=1)
+    reject_at: float = Field(default=1.0, gt=0, le=2)
+    keep_turns: int = Field(default=4, ge=1)
+    tool_result_max_tokens: int = Field(default=30_000, ge=100)
+    tool_result_window_share: float = Field(default=0.4, gt=0, le=1)
+    tool_result_max_lines: int = Field(default=2_000, ge=1)
+    tool_result_max_bytes: int = Field(default=100_000, ge=256)
+
+
 class RunSpec(BaseModel):
     """The input of one agent run.
 
@@ -115,6 +138,7 @@ class RunSpec(BaseModel):
     approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
     approval_expiry: ExpiryOutcome = "deny"
     wait_for_steps_grant: bool = False
+    context: ContextPolicy = ContextPolicy()
 
 
 class RunStatus(BaseModel):

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from capstan.content import BlobRef, Text
 from capstan.messages import Message, ToolCall, Usage
+from capstan.models import ModelChain, ModelInfo
 from capstan.spec import Phase, RunSpec, RunStatus, TerminalReason
 from capstan.steering import ApprovalRecord, ApprovalRequest, PendingView, Question
 from capstan.tooling import ToolCatalog, ToolOutcome
@@ -62,6 +63,31 @@ class RunState(BaseModel):
     diagnostics: tuple[str, ...] = ()
     records: tuple[ApprovalRecord, ...] = ()
     now: datetime | None = None
+    # model and context (issue 4)
+    context_managed: bool = False
+    model_chain: ModelChain | None = None
+    model_index: int = 0
+    context_tokens: int = 0
+    calibration: float = 1.0
+    compacted_step: int = -1
+    compaction_stage: int = 0
+    compaction_due: str | None = None
+    overflow_step: int = -1
+    warned: bool = False
+    compactions: int = 0
+    model_switches: tuple[str, ...] = ()
+
+    @property
+    def model(self) -> ModelInfo | None:
+        if self.model_chain is None or not self.model_chain.models:
+            return None
+        return self.model_chain.models[min(self.model_index, len(self.model_chain.models) - 1)]
+
+    @property
+    def profile(self) -> str:
+        """The profile the next model call uses: the spec's, or a fallback after a switch."""
+        model = self.model
+        return model.profile if model is not None else self.spec.model
 
     @property
     def step_limit(self) -> int:

@@ -35,7 +35,7 @@ class StepView(BaseModel):
 
 def build_transcript(content: ContentStore, view: TranscriptView) -> list[StepView]:
     """Every step so far, oldest first, with refs resolved."""
-    messages = load_conversation(content, view.conversation) + list(view.pending)
+    messages = load_conversation(content, view.conversation, original=True) + list(view.pending)
     steps: list[StepView] = []
     calls: dict[str, ToolCallView] = {}
     for message in messages:

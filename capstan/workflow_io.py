@@ -16,6 +16,7 @@ from capstan.steering import ApprovalRecord, CancelRequest
 
 __all__ = [
     "CANCEL_IN_FLIGHT_PATCH",
+    "CONTEXT_PATCH",
     "TOOL_POLICY_PATCH",
     "WORKFLOW_NAME",
     "AgentInput",
@@ -32,6 +33,10 @@ TOOL_POLICY_PATCH = "tool-policy-v1"
 #: `workflow.patched` id: a `cancel` signal cancels in-flight activities instead of waiting for
 #: them. Runs recorded before it let the activity finish first.
 CANCEL_IN_FLIGHT_PATCH = "cancel-in-flight-v1"
+
+#: `workflow.patched` id: the model chain is described at run start (`describe_model`) and the
+#: context window is managed (compaction, fallback models). Older runs did neither.
+CONTEXT_PATCH = "context-v1"
 
 
 class AgentInput(BaseModel):

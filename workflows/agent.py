@@ -10,6 +10,7 @@ import asyncio
 import builtins
 import contextlib
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -22,16 +23,21 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from capstan import inputs, loop
-    from capstan.activity_io import ModelReply, RunToolInput
+    from capstan.activity_io import CompactResult, ModelReply, RunToolInput
     from capstan.effects import (
         AwaitInput,
         Boundary,
         CallModel,
         CancelRequested,
+        CompactContext,
+        CompactionFailed,
+        ContextCompacted,
         ContinueAsNew,
+        DescribeModel,
         Effect,
         Finish,
         LoadTools,
+        ModelDescribed,
         ModelFailed,
         ModelReplied,
         Outcome,
@@ -40,6 +46,8 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
         ToolsLoaded,
     )
+    from capstan.model_errors import NON_RETRYABLE
+    from capstan.models import ModelChain
     from capstan.spec import RunResult, RunStatus, TerminalReason
     from capstan.state import RunState
     from capstan.steering import (
@@ -57,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
     from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome
     from capstan.workflow_io import (
         CANCEL_IN_FLIGHT_PATCH,
+        CONTEXT_PATCH,
         TOOL_POLICY_PATCH,
         WORKFLOW_NAME,
         AgentInput,
@@ -68,7 +77,7 @@ __all__ = ["AgentWorkflow"]
 # An Annotated union is not a `type` to mypy, but the pydantic converter decodes it.
 TOOL_OUTCOME: type = ToolOutcome  # type: ignore[assignment]
 
-MODEL_NON_RETRYABLE = ["ModelBadRequest", "ModelAuthError", "ModelNotFound", "ModelConfigError"]
+MODEL_NON_RETRYABLE = list(NON_RETRYABLE)
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -83,7 +92,10 @@ class AgentWorkflow:
     @workflow.init
     def __init__(self, start: AgentInput) -> None:
         self.state: RunState = start.carried or loop.initial_state(
-            start.spec, start.spec.run_id or workflow.info().workflow_id, gating=False
+            start.spec,
+            start.spec.run_id or workflow.info().workflow_id,
+            gating=False,
+            context_managed=False,
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
 
@@ -91,6 +103,8 @@ class AgentWorkflow:
     async def run(self, start: AgentInput) -> RunResult:
         if start.carried is None and workflow.patched(TOOL_POLICY_PATCH):
             self.state = self.state.model_copy(update={"gating": True})
+        if start.carried is None and workflow.patched(CONTEXT_PATCH):
+            self.state = self.state.model_copy(update={"context_managed": True})
         return await self._main(start)
 
     async def _main(self, start: AgentInput) -> RunResult:
@@ -296,27 +310,60 @@ class AgentWorkflow:
                     retry_policy=RetryPolicy(maximum_attempts=5),
                 )
                 return ToolsLoaded(catalog=catalog)
+            case DescribeModel(request=request):
+                try:
+                    chain = await workflow.execute_activity(
+                        "describe_model",
+                        request,
+                        result_type=ModelChain,
+                        start_to_close_timeout=timedelta(seconds=30),
+                        retry_policy=RetryPolicy(
+                            maximum_attempts=3, non_retryable_error_types=MODEL_NON_RETRYABLE
+                        ),
+                    )
+                except ActivityError as exc:
+                    _reraise_cancellation(exc)
+                    kind, message = _describe(exc)
+                    return ModelFailed(error=message, error_type=kind)
+                return ModelDescribed(chain=chain)
+            case CompactContext():
+                return await self._compact(effect)
             case CallModel():
                 return await self._call_model(effect)
             case RunTools():
                 return await self._run_tools(effect)
         raise _LoopBugError(RuntimeError(f"no interpreter for effect {effect.kind!r}"))
 
-    async def _call_model(self, effect: CallModel) -> Outcome:
+    def _model_options(self) -> dict[str, Any]:
         tuning = self.state.spec.tuning
+        return {
+            "start_to_close_timeout": timedelta(seconds=tuning.model_start_to_close),
+            "heartbeat_timeout": timedelta(seconds=tuning.model_heartbeat),
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(seconds=tuning.model_initial_retry),
+                maximum_interval=timedelta(seconds=tuning.model_max_retry),
+                maximum_attempts=tuning.model_max_attempts,
+                non_retryable_error_types=MODEL_NON_RETRYABLE,
+            ),
+        }
+
+    async def _compact(self, effect: CompactContext) -> Outcome:
+        try:
+            result = await workflow.execute_activity(
+                "compact_context",
+                effect.request,
+                result_type=CompactResult,
+                **self._model_options(),
+            )
+        except ActivityError as exc:
+            _reraise_cancellation(exc)
+            return CompactionFailed(error=_describe(exc)[1])
+        return ContextCompacted(result=result)
+
+    async def _call_model(self, effect: CallModel) -> Outcome:
         try:
             reply = await workflow.execute_activity(
-                "call_model",
-                effect.request,
-                result_type=ModelReply,
-                start_to_close_timeout=timedelta(seconds=tuning.model_start_to_close),
-                heartbeat_timeout=timedelta(seconds=tuning.model_heartbeat),
-                retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=tuning.model_initial_retry),
-                    maximum_interval=timedelta(seconds=tuning.model_max_retry),
-                    maximum_attempts=tuning.model_max_attempts,
-                    non_retryable_error_types=MODEL_NON_RETRYABLE,
-                ),
+                "call_model", effect.request, result_type=ModelReply, **self._model_options()
             )
         except ActivityError as exc:
             _reraise_cancellation(exc)

@@ -1,27 +1,37 @@
 """Provider failures as Temporal application errors: one retry layer, Temporal's.
 
-    ModelError (ApplicationError types, by retryability)
-    ├── retryable:     ModelRateLimited (429), ModelServerError (5xx), ModelTimeout,
-    │                  ModelConnectionError, ModelResponseInvalid
-    └── non-retryable: ModelBadRequest (400), ModelAuthError (401/403), ModelNotFound (404),
-                       ModelConfigError (no usable profile)
-
-`retry-after` becomes `next_retry_delay`. Error text is scrubbed of key material first.
+The type names and their retryability are listed in `capstan.model_errors`. `retry-after` and
+`retry-after-ms` become `next_retry_delay` (capped). Error text is scrubbed of key material.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
 import httpx
 from temporalio.exceptions import ApplicationError
 
-__all__ = ["NON_RETRYABLE_TYPES", "error_for_response", "error_for_transport", "scrub"]
+from capstan.model_errors import CONTEXT_OVERFLOW
 
-NON_RETRYABLE_TYPES = ("ModelBadRequest", "ModelAuthError", "ModelNotFound", "ModelConfigError")
+__all__ = [
+    "context_overflow",
+    "error_for_response",
+    "error_for_transport",
+    "malformed",
+    "scrub",
+    "stream_cut",
+]
+
 MAX_RETRY_AFTER = 300.0
 _KEYLIKE = re.compile(r"(sk|key|token)[-_][A-Za-z0-9_\-]{8,}|Bearer\s+\S+", re.IGNORECASE)
+_OVERFLOW = re.compile(
+    r"context_length_exceeded|maximum context length|context window|prompt is too long|"
+    r"too many tokens|exceeds the context",
+    re.IGNORECASE,
+)
+_FILTER = re.compile(r"content_filter|content_policy|safety system", re.IGNORECASE)
 
 
 def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
@@ -42,27 +52,72 @@ def _retry_after(response: httpx.Response) -> timedelta | None:
     return None if seconds is None else timedelta(seconds=min(max(seconds, 0.0), MAX_RETRY_AFTER))
 
 
-def error_for_response(response: httpx.Response, secrets: tuple[str, ...]) -> ApplicationError:
+def _error_code(body: str) -> str:
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    return " ".join(str(error.get(k) or "") for k in ("code", "type"))
+
+
+def context_overflow(detail: str) -> ApplicationError:
+    return ApplicationError(
+        f"the request does not fit the model's context window: {detail}",
+        type=CONTEXT_OVERFLOW,
+        non_retryable=True,
+    )
+
+
+def error_for_response(
+    response: httpx.Response, body: str, secrets: tuple[str, ...]
+) -> ApplicationError:
     """The ApplicationError for a non-2xx provider response."""
     status = response.status_code
-    detail = scrub(response.text, secrets)
+    detail = scrub(body, secrets)
     message = f"model provider answered HTTP {status}: {detail}"
+    code = _error_code(body)
+    if status in (400, 413) and _OVERFLOW.search(body):
+        return context_overflow(message)
+    if status == 429 and "insufficient_quota" in code + body:
+        return ApplicationError(message, type="ModelQuotaExhausted", non_retryable=True)
+    if status == 400 and _FILTER.search(code + body):
+        return ApplicationError(message, type="ModelContentFiltered", non_retryable=True)
+    delay = _retry_after(response)
     if status == 429:
-        return ApplicationError(
-            message, type="ModelRateLimited", next_retry_delay=_retry_after(response)
-        )
+        return ApplicationError(message, type="ModelRateLimited", next_retry_delay=delay)
+    if status == 529:
+        return ApplicationError(message, type="ModelOverloaded", next_retry_delay=delay)
     if status >= 500 or status in (408, 409):
-        return ApplicationError(
-            message, type="ModelServerError", next_retry_delay=_retry_after(response)
-        )
-    kind = {400: "ModelBadRequest", 401: "ModelAuthError", 403: "ModelAuthError"}.get(
-        status, "ModelNotFound" if status == 404 else "ModelBadRequest"
-    )
+        return ApplicationError(message, type="ModelServerError", next_retry_delay=delay)
+    kind = {
+        401: "ModelAuthError",
+        403: "ModelAuthError",
+        404: "ModelNotFound",
+        413: "ModelPayloadTooLarge",
+    }.get(status, "ModelBadRequest")
     return ApplicationError(message, type=kind, non_retryable=True)
 
 
 def error_for_transport(exc: httpx.TransportError, secrets: tuple[str, ...]) -> ApplicationError:
-    """Timeouts and connection failures: retryable."""
-    kind = "ModelTimeout" if isinstance(exc, httpx.TimeoutException) else "ModelConnectionError"
+    """Timeouts and connection failures (including a stream that broke): retryable."""
+    if isinstance(exc, httpx.TimeoutException):
+        kind = "ModelTimeout"
+    elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
+        kind = "ModelStreamCut"
+    else:
+        kind = "ModelConnectionError"
     detail = scrub(f"{type(exc).__name__}: {exc}", secrets)
     return ApplicationError(f"model provider unreachable ({detail})", type=kind)
+
+
+def stream_cut(detail: str) -> ApplicationError:
+    return ApplicationError(f"the reply stream ended early: {detail}", type="ModelStreamCut")
+
+
+def malformed(detail: str) -> ApplicationError:
+    return ApplicationError(
+        f"model provider sent a malformed reply: {scrub(detail)}", type="ModelResponseInvalid"
+    )

@@ -1,39 +1,42 @@
-"""OpenAI-compatible chat completions over httpx (OpenAI, vLLM, Ollama, llama.cpp, ...).
+"""OpenAI-compatible chat completions over httpx (OpenAI, vLLM, Ollama, llama.cpp, DeepSeek...).
 
-One method: `complete(messages, tools) -> ProviderReply`. No SDK and no httpx retries: a failure
-raises an `ApplicationError` whose type tells Temporal whether to retry.
+Streaming (SSE, with `stream_options.include_usage`) or a single JSON reply. Reasoning fields
+(`reasoning_content`, `reasoning`) are kept; tool-call arguments are repaired only where the
+repair is unambiguous; assistant tool-call messages carry `content: ""`, never null (several
+local servers reject null). No SDK, no retries here.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from httpx_sse import EventSource
 from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.providers.errors import error_for_response, error_for_transport, scrub
+from activities.providers.base import (
+    DeltaSink,
+    ProviderReply,
+    RenderedMessage,
+    WireToolCall,
+)
+from activities.providers.errors import (
+    context_overflow,
+    error_for_response,
+    error_for_transport,
+    malformed,
+    scrub,
+    stream_cut,
+)
+from activities.providers.json_repair import repair_arguments
 from activities.providers.profiles import Profile
 from capstan.messages import Usage
 from capstan.tooling import ToolSpec
 
-__all__ = ["OpenAIChat", "ProviderReply", "WireToolCall"]
-
-
-class WireToolCall(BaseModel):
-    id: str
-    name: str
-    arguments: str
-
-
-class ProviderReply(BaseModel):
-    text: str = ""
-    reasoning: str | None = None
-    tool_calls: list[WireToolCall] = []
-    usage: Usage = Usage()
-    stop_reason: str = "stop"
-    model: str = ""
+__all__ = ["OpenAIChat", "to_openai_messages"]
 
 
 class _Function(BaseModel):
@@ -49,6 +52,7 @@ class _ToolCall(BaseModel):
 class _Message(BaseModel):
     content: str | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None
     tool_calls: list[_ToolCall] | None = None
 
 
@@ -68,6 +72,28 @@ class _Response(BaseModel):
     usage: _Usage | None = None
 
 
+def to_openai_messages(messages: list[RenderedMessage]) -> list[dict[str, Any]]:
+    wire: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "tool":
+            wire.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+        elif m.role == "assistant":
+            entry: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
+            if m.tool_calls:
+                entry["tool_calls"] = [
+                    {
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    }
+                    for c in m.tool_calls
+                ]
+            wire.append(entry)
+        else:
+            wire.append({"role": m.role, "content": m.content})
+    return wire
+
+
 class OpenAIChat:
     """Adapter for `POST {base_url}/chat/completions`."""
 
@@ -80,8 +106,13 @@ class OpenAIChat:
         key = self.profile.api_key
         return (key.get_secret_value(),) if key else ()
 
-    def _body(self, messages: list[dict[str, Any]], tools: list[ToolSpec]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.profile.model, "messages": messages}
+    def body(self, messages: list[RenderedMessage], tools: list[ToolSpec]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.profile.model,
+            "messages": to_openai_messages(messages),
+        }
+        if self.profile.max_output_tokens:
+            body["max_tokens"] = self.profile.max_output_tokens
         if tools:
             body["tools"] = [
                 {
@@ -95,58 +126,174 @@ class OpenAIChat:
                 for t in tools
             ]
             body["tool_choice"] = "auto"
+        if self.profile.stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
         return body
 
-    async def complete(
-        self, messages: list[dict[str, Any]], tools: list[ToolSpec], step: int = 0
-    ) -> ProviderReply:
+    def _headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self.profile.api_key:
             headers["authorization"] = f"Bearer {self.profile.api_key.get_secret_value()}"
+        return headers
+
+    async def complete(
+        self,
+        messages: list[RenderedMessage],
+        tools: list[ToolSpec],
+        step: int = 0,
+        on_delta: DeltaSink | None = None,
+    ) -> ProviderReply:
         url = f"{self.profile.base_url}/chat/completions"
+        request = self.http.build_request(
+            "POST",
+            url,
+            json=self.body(messages, tools),
+            headers=self._headers(),
+            timeout=self.profile.request_timeout,
+        )
         try:
-            response = await self.http.post(
-                url,
-                json=self._body(messages, tools),
-                headers=headers,
-                timeout=self.profile.request_timeout,
-            )
+            response = await self.http.send(request, stream=True)
         except httpx.TransportError as exc:
             raise error_for_transport(exc, self._secrets) from None
-        if response.status_code >= 400:
-            raise error_for_response(response, self._secrets)
-        return self._parse(response, step)
-
-    def _parse(self, response: httpx.Response, step: int) -> ProviderReply:
         try:
-            parsed = _Response.model_validate_json(response.content)
+            if response.status_code >= 400:
+                body = (await response.aread()).decode("utf-8", errors="replace")
+                raise error_for_response(response, body, self._secrets)
+            if "text/event-stream" in response.headers.get("content-type", ""):
+                return await self._read_stream(response, step, on_delta)
+            return self._parse(await response.aread(), step)
+        except httpx.TransportError as exc:
+            raise error_for_transport(exc, self._secrets) from None
+        finally:
+            await response.aclose()
+
+    def _parse(self, content: bytes, step: int) -> ProviderReply:
+        try:
+            parsed = _Response.model_validate_json(content)
             choice = parsed.choices[0]
         except (ValidationError, IndexError) as exc:
-            detail = scrub(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-            raise ApplicationError(
-                f"model provider sent a malformed chat completion: {detail}",
-                type="ModelResponseInvalid",
-            ) from None
-        calls = [
-            WireToolCall(
-                id=c.id or f"call_{step}_{i}",
-                name=c.function.name,
-                arguments=_arguments_text(c.function.arguments),
-            )
-            for i, c in enumerate(choice.message.tool_calls or [])
-        ]
+            raise malformed(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
         usage = parsed.usage or _Usage()
+        message = choice.message
+        calls = [
+            _call(c.id or f"call_{step}_{i}", c.function.name, c.function.arguments)
+            for i, c in enumerate(message.tool_calls or [])
+        ]
+        return _finish(
+            ProviderReply(
+                text=message.content or "",
+                reasoning=message.reasoning_content or message.reasoning,
+                tool_calls=calls,
+                usage=Usage(
+                    input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens
+                ),
+                stop_reason=choice.finish_reason or "stop",
+                model=parsed.model or self.profile.model,
+            )
+        )
+
+    async def _read_stream(
+        self, response: httpx.Response, step: int, on_delta: DeltaSink | None
+    ) -> ProviderReply:
+        acc = _StreamState(model=self.profile.model)
+        done = False
+        async for event in EventSource(response).aiter_sse():
+            if event.data.strip() == "[DONE]":
+                done = True
+                break
+            try:
+                chunk = json.loads(event.data)
+            except json.JSONDecodeError:
+                raise malformed(f"a stream chunk is not JSON: {event.data[:80]!r}") from None
+            if not isinstance(chunk, dict):
+                raise malformed("a stream chunk is not an object")
+            if "error" in chunk:
+                raise _stream_error(chunk["error"], self._secrets)
+            acc.fold(chunk, on_delta)
+        if acc.finish is None or not done:
+            raise stream_cut("no finish reason" if acc.finish is None else "no [DONE] marker")
+        return _finish(acc.reply(step))
+
+
+@dataclass
+class _StreamState:
+    """What the chunks of a streamed chat completion add up to."""
+
+    model: str
+    text: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, str]] = field(default_factory=dict)
+    finish: str | None = None
+    usage: Usage = field(default_factory=Usage)
+
+    def fold(self, chunk: dict[str, Any], on_delta: DeltaSink | None) -> None:
+        self.model = chunk.get("model") or self.model
+        if chunk.get("usage"):
+            u = chunk["usage"]
+            self.usage = Usage(
+                input_tokens=int(u.get("prompt_tokens") or 0),
+                output_tokens=int(u.get("completion_tokens") or 0),
+            )
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.text.append(delta["content"])
+                if on_delta:
+                    on_delta(delta["content"])
+            piece = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(piece, str):
+                self.reasoning.append(piece)
+            for tc in delta.get("tool_calls") or []:
+                empty = {"id": "", "name": "", "args": ""}
+                slot = self.calls.setdefault(int(tc.get("index", 0)), empty)
+                slot["id"] = tc.get("id") or slot["id"]
+                fn = tc.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["args"] += fn.get("arguments") or ""
+            self.finish = choice.get("finish_reason") or self.finish
+
+    def reply(self, step: int) -> ProviderReply:
+        calls = [
+            _call(c["id"] or f"call_{step}_{i}", c["name"], c["args"])
+            for i, c in sorted(self.calls.items())
+        ]
         return ProviderReply(
-            text=choice.message.content or "",
-            reasoning=choice.message.reasoning_content,
+            text="".join(self.text),
+            reasoning="".join(self.reasoning) or None,
             tool_calls=calls,
-            usage=Usage(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens),
-            stop_reason=choice.finish_reason or "stop",
-            model=parsed.model or self.profile.model,
+            usage=self.usage,
+            stop_reason=self.finish or "stop",
+            model=self.model,
         )
 
 
-def _arguments_text(arguments: str | dict[str, Any] | None) -> str:
+def _call(call_id: str, name: str, arguments: str | dict[str, Any] | None) -> WireToolCall:
     if arguments is None:
-        return "{}"
-    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+        raw = "{}"
+    elif isinstance(arguments, str):
+        raw = arguments
+    else:
+        raw = json.dumps(arguments)
+    fixed, repaired = repair_arguments(raw)
+    return WireToolCall(id=call_id, name=name, arguments=fixed, repaired=repaired)
+
+
+def _finish(reply: ProviderReply) -> ProviderReply:
+    """Stop reasons that are failures rather than replies."""
+    if reply.stop_reason == "content_filter":
+        raise ApplicationError(
+            "the provider's content filter stopped the reply",
+            type="ModelContentFiltered",
+            non_retryable=True,
+        )
+    return reply
+
+
+def _stream_error(error: Any, secrets: tuple[str, ...]) -> ApplicationError:
+    detail = scrub(json.dumps(error), secrets)
+    if "context_length" in detail or "maximum context" in detail:
+        return context_overflow(detail)
+    return ApplicationError(
+        f"the provider reported an error mid-stream: {detail}", type="ModelServerError"
+    )

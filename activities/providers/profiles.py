@@ -1,56 +1,176 @@
 """Model profiles: a name in the run spec, everything else from the worker's environment.
 
-`default` means whatever `CAPSTAN_MODEL` names; `openai:<model>` speaks the OpenAI chat
-completions API at `OPENAI_BASE_URL` with `OPENAI_API_KEY`. Keys are read here, inside the
-activity, so they never enter a workflow input or history.
+A name resolves, in order: `default` -> whatever `CAPSTAN_MODEL` names; a `[profiles.NAME]`
+table of the profiles file (`CAPSTAN_PROFILES`, TOML); or `provider:model` with the provider's
+standard variables (`OPENAI_BASE_URL`/`OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`).
+Keys are read here, inside activities, so they never reach a workflow input or history.
+
+Example profiles file::
+
+    [profiles.main]
+    provider = "anthropic"
+    model = "claude-sonnet-4-5"
+    api_key_env = "ANTHROPIC_API_KEY"
+    context_window = 200000
+    max_output_tokens = 8192
+    prices = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }
+    fallback = ["backup"]
+
+    [profiles.backup]
+    provider = "openai"
+    model = "gpt-4o-mini"
 """
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
-__all__ = ["Profile", "ProfileError", "resolve_profile"]
+from capstan.models import ModelChain, ModelInfo, Prices
 
-OPENAI_DEFAULT_BASE = "https://api.openai.com/v1"
-SUPPORTED = ("openai",)
+__all__ = [
+    "Profile",
+    "ProfileError",
+    "ProfileTable",
+    "load_profiles",
+    "model_chain",
+    "resolve_profile",
+]
+
+Provider = Literal["openai", "anthropic"]
+DEFAULTS: dict[str, dict[str, str]] = {
+    "openai": {
+        "base_url": "https://api.openai.com/v1",
+        "key": "OPENAI_API_KEY",
+        "url": "OPENAI_BASE_URL",
+    },
+    "anthropic": {
+        "base_url": "https://api.anthropic.com",
+        "key": "ANTHROPIC_API_KEY",
+        "url": "ANTHROPIC_BASE_URL",
+    },
+}
+MAX_CHAIN = 5
 
 
 class ProfileError(ValueError):
     """A profile that cannot be resolved; the message says what to set."""
 
 
+class ProfileTable(BaseModel):
+    """One `[profiles.NAME]` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: Provider
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = None
+    context_window: int = 128_000
+    max_output_tokens: int = 4_096
+    prices: Prices = Prices()
+    fallback: list[str] = []
+    stream: bool = True
+    request_timeout: float = 120.0
+
+
 class Profile(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
-    provider: str
+    provider: Provider
     model: str
     base_url: str
     api_key: SecretStr | None = None
     request_timeout: float = 120.0
+    stream: bool = True
+    context_window: int = 128_000
+    max_output_tokens: int = 4_096
+    prices: Prices = Prices()
+    fallback: tuple[str, ...] = ()
+
+    def usable_window_chars(self) -> int:
+        """A rough character budget for text sent to this model (4 characters a token)."""
+        return max(self.context_window - self.max_output_tokens, 1024) * 3
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            profile=self.name,
+            provider=self.provider,
+            model=self.model,
+            context_window=self.context_window,
+            max_output_tokens=self.max_output_tokens,
+            prices=self.prices,
+        )
 
 
-def resolve_profile(name: str, env: Mapping[str, str]) -> Profile:
-    """Turn a profile name into provider, model, endpoint and key."""
+def load_profiles(path: Path | None) -> dict[str, ProfileTable]:
+    if path is None:
+        return {}
+    try:
+        with path.open("rb") as fh:
+            data: dict[str, Any] = tomllib.load(fh)
+        return {n: ProfileTable.model_validate(t) for n, t in data.get("profiles", {}).items()}
+    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise ProfileError(f"profiles file {path} is not usable: {exc}") from exc
+
+
+def resolve_profile(
+    name: str, env: Mapping[str, str], table: Mapping[str, ProfileTable] | None = None
+) -> Profile:
+    """Turn a profile name into provider, model, endpoint, key and limits."""
+    table = table or {}
     spec = env.get("CAPSTAN_MODEL", "").strip() if name == "default" else name
     if not spec:
         raise ProfileError(
-            "no model configured: set CAPSTAN_MODEL=openai:<model> "
-            "(and OPENAI_API_KEY, plus OPENAI_BASE_URL for a compatible server)"
+            "no model configured: set CAPSTAN_MODEL=openai:<model> or anthropic:<model> "
+            "(with OPENAI_API_KEY / ANTHROPIC_API_KEY, and OPENAI_BASE_URL for a compatible "
+            "server), or name a profile of CAPSTAN_PROFILES"
         )
+    if spec in table:
+        return _from_table(name, table[spec], env)
     provider, sep, model = spec.partition(":")
     if not sep or not model:
-        raise ProfileError(f"model profile {spec!r} is not of the form provider:model")
-    if provider not in SUPPORTED:
-        raise ProfileError(f"unknown provider {provider!r} in {spec!r}; supported: {SUPPORTED}")
-    key = env.get("OPENAI_API_KEY")
+        raise ProfileError(f"model profile {spec!r} is not a known profile nor provider:model")
+    if provider not in DEFAULTS:
+        raise ProfileError(f"unknown provider {provider!r} in {spec!r}; use openai or anthropic")
+    return _from_table(name, ProfileTable(provider=provider, model=model), env)
+
+
+def _from_table(name: str, t: ProfileTable, env: Mapping[str, str]) -> Profile:
+    d = DEFAULTS[t.provider]
+    key = env.get(t.api_key_env or d["key"])
+    timeout = float(env.get("CAPSTAN_MODEL_TIMEOUT", t.request_timeout))
     return Profile(
         name=name,
-        provider=provider,
-        model=model,
-        base_url=env.get("OPENAI_BASE_URL", OPENAI_DEFAULT_BASE).rstrip("/"),
+        provider=t.provider,
+        model=t.model,
+        base_url=(t.base_url or env.get(d["url"]) or d["base_url"]).rstrip("/"),
         api_key=SecretStr(key) if key else None,
-        request_timeout=float(env.get("CAPSTAN_MODEL_TIMEOUT", "120")),
+        request_timeout=timeout,
+        stream=t.stream and env.get("CAPSTAN_STREAM", "1") != "0",
+        context_window=t.context_window,
+        max_output_tokens=t.max_output_tokens,
+        prices=t.prices,
+        fallback=tuple(t.fallback),
     )
+
+
+def model_chain(
+    name: str, env: Mapping[str, str], table: Mapping[str, ProfileTable] | None = None
+) -> ModelChain:
+    """The profile and its fallbacks (transitively, without repeats, at most 5)."""
+    order: list[Profile] = []
+    queue = [name]
+    while queue and len(order) < MAX_CHAIN:
+        current = queue.pop(0)
+        if any(p.name == current for p in order):
+            continue
+        profile = resolve_profile(current, env, table)
+        order.append(profile)
+        queue.extend(profile.fallback)
+    return ModelChain(models=tuple(p.info() for p in order))

@@ -156,7 +156,7 @@ async def test_pause_schedules_nothing_and_messages_wait(temporal, settings, wor
     assert status.waiting_for == ["resume"]
     scheduled = [e for e in events if "activityTaskScheduledEventAttributes" in e]
     names = [e["activityTaskScheduledEventAttributes"]["activityType"]["name"] for e in scheduled]
-    assert names == ["list_tools", "call_model"]  # list_dir was not scheduled while paused
+    assert names == ["list_tools", "describe_model", "call_model"]  # list_dir: not while paused
     assert result.terminal_reason is TerminalReason.COMPLETED
     live = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "user"][1:]
     assert live == ["first", "second"]

@@ -9,15 +9,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from capstan import loop
-from capstan.activity_io import ModelReply
+from capstan.activity_io import CompactResult, ModelReply
 from capstan.content import BlobRef
 from capstan.effects import (
     AwaitInput,
     Boundary,
     CallModel,
+    CompactContext,
+    ContextCompacted,
     ContinueAsNew,
+    DescribeModel,
     Finish,
     LoadTools,
+    ModelDescribed,
     ModelFailed,
     ModelReplied,
     Outcome,
@@ -27,6 +31,7 @@ from capstan.effects import (
     ToolsLoaded,
 )
 from capstan.messages import Message, ToolCall, Usage
+from capstan.models import ModelChain, ModelInfo
 from capstan.spec import RunResult, RunSpec
 from capstan.state import RunState
 from capstan.tooling import ToolCatalog, ToolInfo, ToolOutcome, ToolSucceeded
@@ -51,6 +56,22 @@ INFOS = {
     "read_result": ToolInfo(read_only=True),
 }
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def chain(*windows: int) -> ModelChain:
+    """A primary model and fallbacks with these context windows (reply reserve 1,000)."""
+    return ModelChain(
+        models=tuple(
+            ModelInfo(
+                profile="default" if i == 0 else f"fallback{i}",
+                provider="openai",
+                model=f"scripted-{i}",
+                context_window=w,
+                max_output_tokens=1_000,
+            )
+            for i, w in enumerate(windows or (100_000,))
+        )
+    )
 
 
 def catalog(names: tuple[str, ...] = TOOLS, **infos: ToolInfo) -> ToolCatalog:
@@ -89,6 +110,10 @@ class Driver:
     human: Callable[[RunState], list[object]] | None = None
     now: datetime = T0
     catalog: ToolCatalog = field(default_factory=catalog)
+    models: ModelChain = field(default_factory=chain)
+    compactions: list[CompactContext] = field(default_factory=list)
+    #: tokens a compaction leaves, given the strategy and the tokens before
+    compactor: Callable[[str, int], int] = lambda strategy, before: before // 3
 
     def run(self, spec: RunSpec, state: RunState | None = None) -> tuple[RunResult, RunState]:
         state = state or loop.initial_state(spec, "run-1")
@@ -117,6 +142,29 @@ class Driver:
         match effect:
             case LoadTools():
                 return ToolsLoaded(catalog=self.catalog)
+            case DescribeModel():
+                return ModelDescribed(chain=self.models)
+            case CompactContext(request=request):
+                self.compactions.append(effect)
+                before = state.context_tokens
+                after = (
+                    before
+                    if request.strategy == "warn"
+                    else self.compactor(request.strategy, before)
+                )
+                return ContextCompacted(
+                    result=CompactResult(
+                        strategy=request.strategy,
+                        conversation=None
+                        if request.strategy == "warn"
+                        else fake_ref(f"c{len(self.compactions)}"),
+                        tokens_before=before,
+                        tokens_after=after,
+                        nudge="these outputs will be pruned"
+                        if request.strategy == "warn"
+                        else None,
+                    )
+                )
             case CallModel():
                 self.model_inputs.append(effect)
                 if not self.script:
@@ -134,3 +182,10 @@ class Driver:
 
     def assert_complete(self) -> None:
         assert not self.script, f"{len(self.script)} scripted replies were never requested"
+
+
+def started(spec: RunSpec, now: datetime = T0) -> RunState:
+    """A run that has loaded its tools and model and is about to think."""
+    state = loop.apply(loop.initial_state(spec, "r"), Boundary(now=now))
+    state = loop.apply(state, ToolsLoaded(catalog=catalog()))
+    return loop.apply(state, ModelDescribed(chain=chain()))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.model import render_messages
+from activities.budget import ResultBudget
+from activities.rendering import render
 from capstan.blobstore import BlobIntegrityError, BlobNotFoundError, ContentStore, LocalBlobStore
 from capstan.content import BlobRef
 from capstan.conversation import append_segment, load_conversation
@@ -57,8 +58,8 @@ def test_render_messages_resolves_and_cuts_observations(store: ContentStore) -> 
         Message(role="assistant", content="", tool_calls=(call,)),
         Message(role="tool", content=big, tool_call_id="c1", name="read_file"),
     ]
-    wire = render_messages(store, history, observation_max_chars=1000)
-    assert wire[1]["content"] == "" and wire[1]["tool_calls"][0]["function"]["name"] == "read_file"
-    assert wire[2]["content"].startswith("z" * 1000)
+    wire = render(store, history, ResultBudget(max_chars=1000))
+    assert wire[1].content == "" and wire[1].tool_calls[0].name == "read_file"
+    assert wire[2].content.startswith("z" * 1000)
     assert isinstance(big, BlobRef)
-    assert f"read_result(ref={big.sha256!r}, offset=1000)" in wire[2]["content"]
+    assert f"read_result(ref={big.sha256!r}, offset=1000)" in wire[2].content

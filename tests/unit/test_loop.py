@@ -21,7 +21,7 @@ from capstan.effects import (
 from capstan.messages import ToolCall
 from capstan.spec import FinishMode, RunSpec, TerminalReason
 from capstan.tooling import ToolFailed, ToolSucceeded
-from tests.unit.scripted import Driver, call, catalog, reply
+from tests.unit.scripted import Driver, call, catalog, reply, started
 
 SPEC = RunSpec(task="do it", max_steps=5)
 
@@ -97,8 +97,7 @@ def test_model_failure_ends_with_model_error() -> None:
 
 
 def test_tool_error_becomes_observation() -> None:
-    state = loop.initial_state(SPEC, "r")
-    state = loop.apply(state, loop_tools_loaded())
+    state = started(SPEC)
     state = loop.apply(state, model_replied(reply("", call("read_file", path="x"))))
     effect = loop.next_effect(state)
     assert isinstance(effect, RunTools)
@@ -156,7 +155,7 @@ def test_bad_finish_arguments_are_observed(args: str) -> None:
 
 
 def test_cancel_ends_run_at_next_boundary() -> None:
-    state = loop.apply(loop.initial_state(SPEC, "r"), loop_tools_loaded())
+    state = started(SPEC)
     state = loop.apply(state, CancelRequested(reason="operator said so"))
     effect = loop.next_effect(state)
     assert isinstance(effect, Finish)
@@ -179,7 +178,7 @@ def test_continue_as_new_every_n_steps_keeps_the_conversation() -> None:
 
 
 def test_continue_suggested_by_history() -> None:
-    state = loop.apply(loop.initial_state(SPEC, "r"), loop_tools_loaded())
+    state = started(SPEC)
     assert isinstance(loop.next_effect(state, continue_suggested=True), CallModel)
     state = loop.apply(state, model_replied(reply("", call("list_dir"))))
     state = loop.apply(state, ToolsFinished(results=(ToolSucceeded(call_id="c1", output="."),)))

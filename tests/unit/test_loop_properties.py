@@ -14,8 +14,10 @@ from capstan.effects import (
     Boundary,
     CallModel,
     ContinueAsNew,
+    DescribeModel,
     Finish,
     LoadTools,
+    ModelDescribed,
     ModelFailed,
     ModelReplied,
     Outcome,
@@ -29,7 +31,7 @@ from capstan.spec import FinishMode, RunSpec
 from capstan.state import RunState
 from capstan.steering import Decision, LiveMessage, PauseRequest, ResumeRequest
 from capstan.tooling import ToolFailed, ToolSucceeded
-from tests.unit.scripted import T0, catalog, reply
+from tests.unit.scripted import T0, catalog, chain, reply
 
 names = st.sampled_from(["finish", "read_file", "list_dir", "bogus", "write_file"])
 arguments = st.one_of(
@@ -78,7 +80,8 @@ def test_every_run_ends_once_within_bounds(
         continue_as_new_every=every,
     )
     state = loop.initial_state(spec, "r")
-    model_calls = replies = waits = 0
+    model = _Model(script)
+    waits = 0
     now = T0
     finished = None
     for _ in range(40 * (max_steps + 2)):
@@ -102,14 +105,10 @@ def test_every_run_ends_once_within_bounds(
         outcome: Outcome
         if isinstance(effect, LoadTools):
             outcome = ToolsLoaded(catalog=catalog())
+        elif isinstance(effect, DescribeModel):
+            outcome = ModelDescribed(chain=chain())
         elif isinstance(effect, CallModel):
-            turn = script[model_calls % len(script)]
-            model_calls += 1
-            if isinstance(turn, ModelFailed):
-                outcome = turn
-            else:
-                replies += 1
-                outcome = ModelReplied(reply=turn)  # type: ignore[arg-type]
+            outcome = model.reply()
         else:
             assert isinstance(effect, RunTools)
             assert not state.approvals and not state.paused
@@ -124,8 +123,8 @@ def test_every_run_ends_once_within_bounds(
             )
         state = loop.apply(state, outcome)
     assert finished is not None, "the loop did not end"
-    assert model_calls <= max_steps
-    assert finished.steps == replies
+    assert model.calls <= max_steps
+    assert finished.steps == model.replies
     assert finished.error != ""  # every non-completed end says why
     # after the end, the loop only ever says the same Finish again
     again = loop.next_effect(state)
@@ -153,3 +152,19 @@ def _act(state: RunState, action: str, n: int) -> list[object]:
     if action == "message":
         return [LiveMessage(id=f"m{n}", text="hello")]
     return [Decision(request_id=request.request_id, args_hash=request.args_hash, action=action)]  # type: ignore[arg-type]
+
+
+class _Model:
+    """Plays the script in a loop and counts calls and replies."""
+
+    def __init__(self, script: list[object]) -> None:
+        self.script = script
+        self.calls = self.replies = 0
+
+    def reply(self) -> Outcome:
+        turn = self.script[self.calls % len(self.script)]
+        self.calls += 1
+        if isinstance(turn, ModelFailed):
+            return turn
+        self.replies += 1
+        return ModelReplied(reply=turn)  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import pytest
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
+from activities.providers.base import RenderedMessage
 from activities.providers.errors import scrub
 from activities.providers.openai_chat import OpenAIChat
 from activities.providers.profiles import Profile, ProfileError, resolve_profile
@@ -48,7 +49,7 @@ async def test_request_shape_and_tool_call_parsing() -> None:
         return httpx.Response(200, json=completion(msg, "tool_calls"))
 
     reply = await adapter(httpx.MockTransport(handle)).complete(
-        [{"role": "user", "content": "hi"}], TOOLS
+        [RenderedMessage(role="user", content="hi")], TOOLS
     )
     body = json.loads(seen[0].content)
     assert seen[0].url == "http://provider.test/v1/chat/completions"

@@ -6,7 +6,15 @@ import json
 from datetime import timedelta
 
 from capstan import loop
-from capstan.effects import AwaitInput, Boundary, ModelReplied, RunTools, Steered, ToolsLoaded
+from capstan.effects import (
+    AwaitInput,
+    Boundary,
+    ModelDescribed,
+    ModelReplied,
+    RunTools,
+    Steered,
+    ToolsLoaded,
+)
 from capstan.policy import arguments_hash
 from capstan.spec import RunSpec, TerminalReason, ToolRule
 from capstan.state import RunState
@@ -19,7 +27,7 @@ from capstan.steering import (
     StepGrant,
 )
 from capstan.tooling import ToolInfo
-from tests.unit.scripted import T0, Driver, call, catalog, reply
+from tests.unit.scripted import T0, Driver, call, catalog, chain, reply, started
 
 SPEC = RunSpec(task="t", max_steps=6)
 WRITE = call("write_file", path="a.txt", content="x")
@@ -227,6 +235,7 @@ def test_pause_blocks_everything_until_resume_and_messages_wait() -> None:
     state = loop.apply(state, Steered(input=ResumeRequest(id="r")))
     state = loop.apply(state, Steered(input=ResumeRequest(id="r2")))  # resuming twice: harmless
     state = loop.apply(state, ToolsLoaded(catalog=catalog()))
+    state = loop.apply(state, ModelDescribed(chain=chain()))
     state = loop.apply(state, Boundary(now=T0))
     request = loop.next_effect(state).request  # type: ignore[union-attr]
     lives = [m for m in request.new_messages if m.origin == "live"]
@@ -286,8 +295,7 @@ def test_expiry_can_cancel_the_run() -> None:
 
 
 def test_await_input_carries_the_earliest_expiry() -> None:
-    state = loop.initial_state(SPEC, "r")
-    state = loop.apply(loop.apply(state, Boundary(now=T0)), ToolsLoaded(catalog=catalog()))
+    state = started(SPEC)
     state = loop.apply(state, ModelReplied(reply=reply("", WRITE)))
     effect = loop.next_effect(state)
     assert isinstance(effect, AwaitInput)
