@@ -21,7 +21,7 @@ from capstan.client import CapstanClient, SteeringError
 from capstan.config import Settings
 from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
 from capstan.transcript import build_transcript
-from capstan.watch import follow, format_step
+from capstan.watch import LiveText, follow, format_step
 
 __all__ = ["main"]
 
@@ -105,7 +105,10 @@ async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
-    async for item in follow(client, args.run_id):
+    async for item in follow(client, args.run_id, live=True):
+        if isinstance(item, LiveText):
+            print(f"  ~ step {item.step} (attempt {item.attempt}): {item.text}", flush=True)
+            continue
         if isinstance(item, RunResult):
             print("\n".join(_result_lines(item, client)))
             return EXIT_OK if item.terminal_reason is TerminalReason.COMPLETED else 1

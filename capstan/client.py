@@ -218,6 +218,24 @@ class CapstanClient:
         """Let a run waiting at its step limit take `steps` more (0 ends it `max_steps`)."""
         return await self.steer(run_id, StepGrant(steps=steps), checked)
 
+    async def live_text(self, run_id: str) -> dict[str, object] | None:
+        """The reply streaming in right now, if any: `{"step", "attempt", "chars", "tail"}`.
+
+        Read from the running model activity's heartbeat details: ephemeral, never in history.
+        A watcher drops what it saw for an attempt once a higher attempt of the step appears.
+        """
+        desc = await self.handle(run_id).describe()
+        converter = self.client.data_converter
+        for pending in desc.raw_description.pending_activities:
+            if pending.activity_type.name != "call_model":
+                continue
+            payloads = list(pending.heartbeat_details.payloads)
+            if not payloads:
+                return None
+            (details,) = await converter.decode(payloads, [dict])
+            return details if isinstance(details, dict) else None
+        return None
+
     async def running_runs(self, limit: int = 200) -> list[str]:
         query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
         return [wf.id async for wf in self.client.list_workflows(query, limit=limit)]

@@ -20,7 +20,7 @@ from capstan.client import CapstanClient
 from capstan.config import Settings
 from capstan.spec import RunResult, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
-from capstan.watch import follow, format_step
+from capstan.watch import LiveText, follow, format_step
 
 __all__ = ["run_demo"]
 
@@ -109,6 +109,8 @@ async def _review(client: CapstanClient, run_id: str) -> None:
 
 async def _show(client: CapstanClient, run_id: str) -> RunResult:
     async for item in follow(client, run_id):
+        if isinstance(item, LiveText):
+            continue
         if isinstance(item, RunResult):
             output = client.content().resolve(item.output) if item.output is not None else ""
             print(f"\nresult: {item.terminal_reason.value} after {item.steps} steps")

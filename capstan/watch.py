@@ -7,7 +7,9 @@ always reach the newest run in the chain.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from temporalio.service import RPCError
 
@@ -15,7 +17,16 @@ from capstan.client import CapstanClient
 from capstan.spec import RunResult
 from capstan.transcript import StepView, build_transcript
 
-__all__ = ["follow", "format_step"]
+__all__ = ["LiveText", "follow", "format_step"]
+
+
+@dataclass(frozen=True)
+class LiveText:
+    """Text of a reply that is still streaming in (ephemeral: never in history)."""
+
+    step: int
+    attempt: int
+    text: str
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -36,14 +47,36 @@ def format_step(step: StepView) -> list[str]:
     return lines
 
 
+async def _live(
+    client: CapstanClient, run_id: str, seen: dict[tuple[int, int], int]
+) -> LiveText | None:
+    """New streamed text since the last poll; a new attempt of a step starts over."""
+    progress = None
+    with contextlib.suppress(Exception):
+        progress = await client.live_text(run_id)
+    if not progress:
+        return None
+    key = (int(progress.get("step", 0)), int(progress.get("attempt", 1)))  # type: ignore[call-overload]
+    chars, tail = int(progress.get("chars", 0)), str(progress.get("tail", ""))  # type: ignore[call-overload]
+    new = chars - seen.get(key, 0)
+    seen[key] = chars
+    if new <= 0:
+        return None
+    return LiveText(step=key[0], attempt=key[1], text=tail[-new:])
+
+
 async def follow(
-    client: CapstanClient, run_id: str, poll: float = 0.3
-) -> AsyncIterator[StepView | RunResult]:
-    """Yield each step once it is complete (its observations are in), then the result."""
+    client: CapstanClient, run_id: str, poll: float = 0.3, live: bool = False
+) -> AsyncIterator[StepView | RunResult | LiveText]:
+    """Yield each step once it is complete (its observations are in), then the result; with
+    `live`, also the text of replies as they stream in."""
     content = client.content()
     shown = 0
+    seen: dict[tuple[int, int], int] = {}
     while True:
         running = await client.is_running(run_id)
+        if live and running and (text := await _live(client, run_id, seen)) is not None:
+            yield text
         try:
             view = await client.transcript_view(run_id)
         except RPCError:

@@ -150,14 +150,15 @@ class AnthropicMessages:
             if response.status_code >= 400:
                 body = (await response.aread()).decode("utf-8", errors="replace")
                 raise error_for_response(response, body, self._secrets)
-            if "text/event-stream" in response.headers.get("content-type", ""):
-                message = await self._read_stream(response, on_delta)
-            else:
-                try:
+            try:
+                if "text/event-stream" in response.headers.get("content-type", ""):
+                    message = await self._read_stream(response, on_delta)
+                else:
                     message = json.loads(await response.aread())
-                except json.JSONDecodeError as exc:
-                    raise malformed(f"not JSON: {exc.msg}") from None
-            return self._reply(message)
+                return self._reply(message)
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+                # JSON errors are ValueErrors; the rest are shapes we did not expect
+                raise malformed(f"{type(exc).__name__}: {exc}") from None
         except httpx.TransportError as exc:
             raise error_for_transport(exc, self._secrets) from None
         finally:

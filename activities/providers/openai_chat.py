@@ -160,9 +160,13 @@ class OpenAIChat:
             if response.status_code >= 400:
                 body = (await response.aread()).decode("utf-8", errors="replace")
                 raise error_for_response(response, body, self._secrets)
-            if "text/event-stream" in response.headers.get("content-type", ""):
-                return await self._read_stream(response, step, on_delta)
-            return self._parse(await response.aread(), step)
+            try:
+                if "text/event-stream" in response.headers.get("content-type", ""):
+                    return await self._read_stream(response, step, on_delta)
+                return self._parse(await response.aread(), step)
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+                # JSON errors are ValueErrors; the rest are shapes we did not expect
+                raise malformed(f"{type(exc).__name__}: {exc}") from None
         except httpx.TransportError as exc:
             raise error_for_transport(exc, self._secrets) from None
         finally:

@@ -1,4 +1,8 @@
-"""A fake OpenAI-compatible provider on a real socket, replaying a scripted trajectory.
+"""A fake model provider on a real socket, replaying a scripted trajectory.
+
+It speaks the OpenAI chat completions API (`/v1/chat/completions`) and the Anthropic Messages
+API (`/v1/messages`), each as one JSON reply or streamed as server-sent events, and reports
+input tokens from the size of the request, so context accounting sees realistic numbers.
 
 The reply to a request is chosen by the request itself (the number of assistant messages in it
 is the step), so a retried or replayed call gets the same answer: exactly what a durable run
@@ -21,34 +25,65 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from capstan.testing.wire import (
+    Turn,
+    anthropic_events,
+    anthropic_message,
+    openai_chunks,
+    openai_completion,
+)
+
 __all__ = ["FakeProvider", "Fault", "Reply", "call", "say"]
+
+
+SUMMARY_MARKER = "You compress the history"
 
 
 @dataclass(frozen=True)
 class Reply:
-    """A scripted reply. `hold_seconds` delays the first attempt of its step only."""
+    """A scripted reply. `hold_seconds` delays the first attempt of its step only;
+    `chunk_delay` paces a streamed reply; `stop` overrides the finish reason."""
 
     content: str = ""
     tool_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
     hold_seconds: float = 0.0
+    reasoning: str = ""
+    stop: str | None = None
+    chunk_delay: float = 0.0
 
 
 @dataclass(frozen=True)
 class Fault:
-    """Answer with `status` (and `body`) for the first `times` attempts of a step."""
+    """For the first `times` attempts of a step: answer with `status` and `body`, or, with
+    `cut`, start a streamed reply and break the connection half-way."""
 
-    status: int
+    status: int = 500
     body: str = '{"error": {"message": "scripted fault"}}'
     headers: tuple[tuple[str, str], ...] = ()
     times: int = 1
+    cut: bool = False
 
 
 def call(tool: str, /, **arguments: Any) -> tuple[str, dict[str, Any]]:
     return (tool, arguments)
 
 
-def say(*calls: tuple[str, dict[str, Any]], content: str = "", hold: float = 0.0) -> Reply:
-    return Reply(content=content, tool_calls=tuple(calls), hold_seconds=hold)
+def say(
+    *calls: tuple[str, dict[str, Any]],
+    content: str = "",
+    hold: float = 0.0,
+    reasoning: str = "",
+    stop: str | None = None,
+    chunk_delay: float = 0.0,
+) -> Reply:
+    return Reply(
+        content=content,
+        tool_calls=tuple(calls),
+        hold_seconds=hold,
+        reasoning=reasoning,
+        stop=stop,
+        chunk_delay=chunk_delay,
+    )
 
 
 Script = list[Reply] | Callable[[int, list[dict[str, Any]]], Reply]
@@ -62,6 +97,9 @@ class FakeProvider:
     faults: dict[int, Fault] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
     model: str = "fake-model"
+    #: what the fake answers to a compaction's summary request (told apart by its prompt)
+    summary: str = "Earlier, the agent called tools and read their outputs."
+    summaries: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._attempts: dict[int, int] = {}
@@ -88,8 +126,13 @@ class FakeProvider:
     def steps_seen(self) -> list[int]:
         return [_step_of(r["messages"]) for r in self.requests]
 
-    def reply_for(self, body: dict[str, Any]) -> tuple[int, dict[str, str], bytes, float]:
+    def reply_for(self, body: dict[str, Any], api: str) -> _Answer:
         messages = body.get("messages", [])
+        if SUMMARY_MARKER in json.dumps(body.get("system", "")) + json.dumps(messages[:1]):
+            self.summaries.append(body)
+            turn = Turn(step=0, model=self.model, content=self.summary, input_tokens=100)
+            payload = openai_completion(turn) if api == "openai" else anthropic_message(turn)
+            return _Answer(200, {}, json.dumps(payload).encode())
         step = _step_of(messages)
         with self._lock:
             self.requests.append(body)
@@ -99,12 +142,32 @@ class FakeProvider:
         with self._seen:
             self._seen.notify_all()
         fault = self.faults.get(step)
-        if fault is not None and attempt < fault.times:
-            return fault.status, dict(fault.headers), fault.body.encode(), 0.0
+        stream = bool(body.get("stream"))
+        if fault is not None and attempt < fault.times and not fault.cut:
+            return _Answer(fault.status, dict(fault.headers), fault.body.encode())
         reply = self._scripted(step, messages)
-        payload = _completion(reply, step, self.model)
+        turn = Turn(
+            step=step,
+            model=self.model,
+            content=reply.content,
+            calls=list(reply.tool_calls),
+            reasoning=reply.reasoning,
+            stop=reply.stop,
+            input_tokens=len(json.dumps(body.get("messages", []))) // 4 + 50,
+        )
         hold = reply.hold_seconds if attempt == 0 else 0.0
-        return 200, {}, json.dumps(payload).encode(), hold
+        cut = fault is not None and fault.cut and attempt < fault.times
+        if stream:
+            events: list[tuple[str | None, str]] = (
+                [(None, d) for d in openai_chunks(turn)]
+                if api == "openai"
+                else [(e, d) for e, d in anthropic_events(turn)]
+            )
+            return _Answer(
+                200, {}, b"", hold, events[: len(events) // 2] if cut else events, reply.chunk_delay
+            )
+        payload = openai_completion(turn) if api == "openai" else anthropic_message(turn)
+        return _Answer(200, {}, json.dumps(payload).encode(), hold)
 
     def wait_for_step(self, step: int, timeout: float = 60.0) -> None:
         """Block until a request for `step` has arrived (AssertionError on timeout)."""
@@ -126,20 +189,43 @@ class FakeProvider:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 body = json.loads(self.rfile.read(length) or b"{}")
-                if not self.path.endswith("/chat/completions"):
+                if self.path.endswith("/chat/completions"):
+                    api = "openai"
+                elif self.path.endswith("/v1/messages"):
+                    api = "anthropic"
+                else:
                     self.send_error(404)
                     return
-                status, headers, data, hold = fake.reply_for(body)
-                if hold:
-                    threading.Event().wait(hold)
-                self.send_response(status)
+                answer = fake.reply_for(body, api)
+                if answer.hold:
+                    threading.Event().wait(answer.hold)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    if answer.events is not None:
+                        self._stream(answer)
+                    else:
+                        self._send(answer)
+
+            def _send(self, answer: _Answer) -> None:
+                self.send_response(answer.status)
                 self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                for key, value in headers.items():
+                self.send_header("content-length", str(len(answer.data)))
+                for key, value in answer.headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(data)
+                self.wfile.write(answer.data)
+
+            def _stream(self, answer: _Answer) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")
+                self.end_headers()
+                for event, data in answer.events or []:
+                    prefix = f"event: {event}\n" if event else ""
+                    self.wfile.write(f"{prefix}data: {data}\n\n".encode())
+                    self.wfile.flush()
+                    if answer.chunk_delay:
+                        threading.Event().wait(answer.chunk_delay)
+                self.close_connection = True
 
             def log_message(self, format: str, *args: Any) -> None:
                 return
@@ -151,27 +237,14 @@ def _step_of(messages: list[dict[str, Any]]) -> int:
     return sum(1 for m in messages if m.get("role") == "assistant")
 
 
-def _completion(reply: Reply, step: int, model: str) -> dict[str, Any]:
-    calls = [
-        {
-            "id": f"call_{step}_{i}",
-            "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args)},
-        }
-        for i, (name, args) in enumerate(reply.tool_calls)
-    ]
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content or None}
-    if calls:
-        message["tool_calls"] = calls
-    return {
-        "id": f"chatcmpl-{step}",
-        "object": "chat.completion",
-        "model": model,
-        "choices": [
-            {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
-        ],
-        "usage": {"prompt_tokens": 100 + 10 * step, "completion_tokens": 20},
-    }
+@dataclass
+class _Answer:
+    status: int
+    headers: dict[str, str]
+    data: bytes
+    hold: float = 0.0
+    events: list[tuple[str | None, str]] | None = None
+    chunk_delay: float = 0.0
 
 
 def iter_tool_messages(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
