@@ -76,7 +76,7 @@ def plan(state: RunState) -> Plan | None:
         return None
     if level >= policy.emergency_at and stage < 2:
         return "summarize"
-    if level >= policy.warn_at and not state.warned:
+    if level >= policy.warn_at and not state.warned and stage < 1:
         return "warn"
     if level >= policy.compact_at and stage < 1:
         return "prune"
