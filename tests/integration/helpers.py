@@ -30,11 +30,17 @@ def model_env(fake: FakeProvider) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def running_worker(
-    temporal: Client, settings: Settings, fake: FakeProvider, **options: Any
+    temporal: Client,
+    settings: Settings,
+    fake: FakeProvider,
+    env: dict[str, str] | None = None,
+    **options: Any,
 ) -> AsyncIterator[None]:
+    """An in-process worker whose model is the fake (plus `env` overrides)."""
+    worker_env = {**model_env(fake), **(env or {})}
     async with (
         httpx.AsyncClient() as http,
-        build_worker(temporal, settings, http, model_env(fake), **options),
+        build_worker(temporal, settings, http, worker_env, **options),
     ):
         yield
 
