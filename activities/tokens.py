@@ -21,6 +21,11 @@ def encoding() -> tiktoken.Encoding:
     return tiktoken.get_encoding(OFFLINE_ENCODING)
 
 
+@functools.lru_cache(maxsize=8192)
 def count_tokens(text: str) -> int:
-    """Number of cl100k tokens in `text` (special-token text is counted as ordinary text)."""
+    """Number of cl100k tokens in `text` (special-token text is counted as ordinary text).
+
+    Cached per text: each model call re-counts the whole conversation for calibration, and all
+    but the newest messages were counted before.
+    """
     return len(encoding().encode(text, disallowed_special=()))
