@@ -104,6 +104,14 @@ async def cmd_grant(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+async def cmd_grant_budget(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    ack = await client.grant_budget(args.run_id, args.budget, args.amount, checked=args.checked)
+    what = f"{args.amount:g} more {args.budget}"
+    _said(ack, f"grant of {what} sent", f"{what} granted")
+    return EXIT_OK
+
+
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
     run_ids = [args.run_id] if args.run_id else await client.running_runs()
@@ -169,6 +177,12 @@ def register_steering(add: Adder) -> None:
     p.add_argument("text")
     p = steering("grant", cmd_grant, "give a run at its step limit N more steps (0 ends it)")
     p.add_argument("steps", type=int)
+    p = steering("grant-budget", cmd_grant_budget, "raise a spent budget of a waiting run")
+    p.add_argument(
+        "budget",
+        choices=["tool_calls", "input_tokens", "output_tokens", "cost_usd", "wall_seconds"],
+    )
+    p.add_argument("amount", type=float)
     p = add("pending", cmd_pending, "what runs wait for: approvals, questions, steps, resume")
     p.add_argument("run_id", nargs="?", default=None)
     p.add_argument("--json", action="store_true")

@@ -31,6 +31,8 @@ from capstan.spec import RunResult, RunSpec, RunStatus
 from capstan.steering import (
     Ack,
     Answer,
+    BudgetGrant,
+    BudgetName,
     CancelRequest,
     Decision,
     LiveMessage,
@@ -44,7 +46,14 @@ from capstan.workflow_io import WORKFLOW_NAME, AgentInput, TranscriptView
 __all__ = ["CapstanClient", "RejectedError", "RunSummary", "SteeringError", "connect_temporal"]
 
 SteeringPayload = (
-    Decision | PauseRequest | ResumeRequest | CancelRequest | LiveMessage | Answer | StepGrant
+    Decision
+    | PauseRequest
+    | ResumeRequest
+    | CancelRequest
+    | LiveMessage
+    | Answer
+    | StepGrant
+    | BudgetGrant
 )
 
 SIGNAL_NAMES: dict[type, str] = {
@@ -55,6 +64,7 @@ SIGNAL_NAMES: dict[type, str] = {
     LiveMessage: "send_message",
     Answer: "answer",
     StepGrant: "grant_steps",
+    BudgetGrant: "grant_budget",
 }
 
 
@@ -235,6 +245,12 @@ class CapstanClient:
             (details,) = await converter.decode(payloads, [dict])
             return details if isinstance(details, dict) else None
         return None
+
+    async def grant_budget(
+        self, run_id: str, budget: BudgetName, amount: float, checked: bool = False
+    ) -> Ack | None:
+        """Add `amount` to a budget of a run waiting because that budget ran out."""
+        return await self.steer(run_id, BudgetGrant(budget=budget, amount=amount), checked)
 
     async def running_runs(self, limit: int = 200) -> list[str]:
         query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"

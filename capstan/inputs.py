@@ -18,6 +18,7 @@ from capstan.steering import (
     Answer,
     ApprovalRecord,
     ApprovalRequest,
+    BudgetGrant,
     CancelRequest,
     Decision,
     LiveMessage,
@@ -103,6 +104,10 @@ def _fold(state: RunState, item: SteeringInput) -> RunState:
             return state.model_copy(update={"inbox": (*state.inbox, message)})
         case Answer():
             return _answer(state, item)
+        case BudgetGrant(budget=budget, amount=amount):
+            extra = dict(state.budget_extra)
+            extra[budget] = extra.get(budget, 0.0) + amount
+            return state.model_copy(update={"budget_extra": extra})
         case StepGrant(steps=steps):
             if steps == 0:
                 return state.model_copy(

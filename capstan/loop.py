@@ -26,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import assert_never
 
-from capstan import context, nudges
+from capstan import budgets, context, nudges
 from capstan.activity_io import (
     CallModelInput,
     DescribeModelInput,
@@ -62,9 +62,10 @@ from capstan.gate import expire_requests, gate_turn, open_requests
 from capstan.inputs import apply_input
 from capstan.messages import Message, Usage
 from capstan.policy import rule_of_two_applies
-from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
+from capstan.spec import FinishMode, RunResult, RunSpec, RunStatus, TerminalReason
 from capstan.state import RunState
 from capstan.tooling import FINISH_TOOL, ToolFailed, ToolInfo, ToolOutcome, ToolSucceeded
+from capstan.turns import finalize_warning, finish_refusal, guard_reply, guard_results
 
 __all__ = [
     "IllegalTransitionError",
@@ -74,6 +75,7 @@ __all__ = [
     "initial_state",
     "next_effect",
     "observation_text",
+    "status",
 ]
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -87,7 +89,12 @@ class IllegalTransitionError(RuntimeError):
 
 
 def initial_state(
-    spec: RunSpec, run_id: str, *, gating: bool = True, context_managed: bool = True
+    spec: RunSpec,
+    run_id: str,
+    *,
+    gating: bool = True,
+    context_managed: bool = True,
+    guarded: bool = True,
 ) -> RunState:
     """The state of a new run: the system prompt and the task are pending for the first call.
 
@@ -106,6 +113,7 @@ def initial_state(
         pending=pending,
         gating=gating,
         context_managed=context_managed,
+        guarded=guarded,
     )
 
 
@@ -114,14 +122,9 @@ def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
 
     `continue_suggested` is the interpreter's hint that its history is getting long.
     """
-    if state.terminal is not None:
-        return Finish(result=_result(state))
-    if state.cancel_reason is not None:
-        return Finish(
-            result=_result(_terminate(state, TerminalReason.CANCELLED, state.cancel_reason))
-        )
-    if state.paused:
-        return AwaitInput(waiting_for=("resume",))
+    gate = _boundary_gate(state)
+    if gate is not None:
+        return gate
     match state.phase:
         case "starting":
             if state.catalog is None:
@@ -131,8 +134,10 @@ def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
             return _thinking(state, continue_suggested)
         case "acting":
             if state.approvals or state.questions:
-                expiries = [r.expires_at for r in open_requests(state)]
-                return AwaitInput(waiting_for=tuple(state.waiting_for()), until=min(expiries))
+                times = [r.expires_at for r in open_requests(state)]
+                if (wall := budgets.deadline(state)) is not None:
+                    times.append(wall)
+                return AwaitInput(waiting_for=tuple(state.waiting_for()), until=min(times))
             return _run_tools(state)
         case "finished":
             return Finish(result=_result(state))
@@ -180,6 +185,16 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
             assert_never(outcome)
 
 
+def status(state: RunState) -> RunStatus:
+    """The `status` query: the state's view, with what the run waits for taken from the
+    decision the loop would make now (so a spent budget awaiting a grant shows too)."""
+    view = state.status()
+    effect = next_effect(state)
+    if isinstance(effect, AwaitInput):
+        view = view.model_copy(update={"waiting_for": list(effect.waiting_for)})
+    return view
+
+
 def carry_over(state: RunState) -> RunState:
     """The state a continued-as-new run starts from."""
     return state.model_copy(update={"segment_steps": 0, "continued": state.continued + 1})
@@ -198,6 +213,22 @@ def observation_text(outcome: ToolOutcome) -> Text:
 def _expect(state: RunState, phase: str | tuple[str, ...], kind: str) -> None:
     if state.phase not in ((phase,) if isinstance(phase, str) else phase):
         raise IllegalTransitionError(f"outcome {kind!r} arrived in phase {state.phase!r}")
+
+
+def _boundary_gate(state: RunState) -> Effect | None:
+    """What stops the run at any boundary: its end, a cancellation, spent wall time, a pause."""
+    if state.terminal is not None:
+        return Finish(result=_result(state))
+    if state.cancel_reason is not None:
+        return Finish(
+            result=_result(_terminate(state, TerminalReason.CANCELLED, state.cancel_reason))
+        )
+    spent = budgets.exhausted(state, before_model_call=False) if state.guarded else None
+    if spent is not None and (spent[0] == "wall_seconds" or state.phase == "thinking"):
+        return _budget_spent(state, spent)
+    if state.paused:
+        return AwaitInput(waiting_for=("resume",), until=budgets.deadline(state))
+    return None
 
 
 def _thinking(state: RunState, continue_suggested: bool) -> Effect:
@@ -219,7 +250,17 @@ def _thinking(state: RunState, continue_suggested: bool) -> Effect:
         return Finish(result=_result(_terminate(state, TerminalReason.PROMPT_TOO_LONG, problem)))
     if decision is not None:
         return CompactContext(request=context.compact_request(state, decision))
+    if state.guarded and (spent := budgets.exhausted(state, before_model_call=True)):
+        return _budget_spent(state, spent)
     return CallModel(request=_model_request(state))
+
+
+def _budget_spent(state: RunState, spent: tuple[str, str]) -> Effect:
+    """End the run naming the budget, or wait for a grant when the run asks for that."""
+    name, detail = spent
+    if state.spec.budgets.wait_for_grant and name != "wall_seconds":
+        return AwaitInput(waiting_for=(f"budget:{name}",), until=budgets.deadline(state))
+    return Finish(result=_result(_terminate(state, TerminalReason.BUDGET_EXHAUSTED, detail)))
 
 
 def _model_request(state: RunState) -> CallModelInput:
@@ -277,11 +318,20 @@ def _on_reply(state: RunState, reply: ModelReply) -> RunState:
             "calibration": calibration,
         }
     )
+    if base.guarded and (handled := guard_reply(base, reply.message, reply.stop_reason)):
+        return handled
     calls = reply.message.tool_calls
     if not calls:
         return _on_text_only(base, reply.message)
     if len(calls) == 1 and calls[0].name == FINISH_TOOL:
         answer, problem = finish_answer(calls[0])
+        refusal = finish_refusal(base) if problem is None else None
+        if refusal is not None:
+            refused = ToolFailed(
+                call_id=calls[0].id, failure="not_run", error=nudges.finish_refused(refusal)
+            )
+            update = {"phase": "acting", "turn_calls": calls, "decided": (refused,)}
+            return base.model_copy(update={**update, "finish_refused": True, "nudges": 0})
         if problem is None:
             done = base.model_copy(update={"output": answer, "nudges": 0})
             return _terminate(done, TerminalReason.COMPLETED, None)
@@ -305,10 +355,12 @@ def _on_text_only(state: RunState, message: Message) -> RunState:
 def _at_boundary(state: RunState, now: datetime) -> RunState:
     """Settle what time decides (expiries) and drain live messages before the next model call."""
     state = expire_requests(state.model_copy(update={"now": now}), now)
+    if state.started_at is None:
+        state = state.model_copy(update={"started_at": now})
     if state.phase == "thinking" and not state.paused and state.inbox:
         stamped = tuple(m.model_copy(update={"step": state.step}) for m in state.inbox)
         state = state.model_copy(update={"pending": state.pending + stamped, "inbox": ()})
-    return state
+    return finalize_warning(state)
 
 
 def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> RunState:
@@ -336,7 +388,7 @@ def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> Run
                 else None,
             )
         )
-    return state.model_copy(
+    observed = state.model_copy(
         update={
             "phase": "thinking",
             "pending": state.pending + tuple(messages),
@@ -347,6 +399,7 @@ def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> Run
             "usage": state.usage + Usage(tool_calls=len(results)),
         }
     )
+    return guard_results(observed, state.turn_calls, by_id)
 
 
 _terminate = context.terminate

@@ -34,3 +34,55 @@ def finish_not_alone() -> str:
         "`finish` was not accepted because other tools were called in the same turn. "
         "Look at their results, then call `finish` alone."
     )
+
+
+def turn_problem(problem: str) -> str:
+    return {
+        "empty_reply": "Your reply was empty. Answer, or call the tool you need.",
+        "reasoning_only": (
+            "You only reasoned and did not act. Give your answer, or call the tool you need."
+        ),
+        "printed_tool_call": (
+            "You wrote a tool call as text. Tool calls written in the reply are not run: use the "
+            "tool-calling interface to call the tool."
+        ),
+    }[problem]
+
+
+def truncated_calls() -> str:
+    return (
+        "not run: your reply was cut off at the output limit, so this call may be incomplete. "
+        "Issue it again with shorter arguments (split large content over several calls)."
+    )
+
+
+def breaker(name: str, count: int) -> str:
+    return {
+        "identical_call": (
+            f"You have made the same call with the same arguments {count} times in a row. It "
+            "will give the same result: change approach."
+        ),
+        "fruitless_calls": (
+            f"Your last {count} tool calls returned (almost) nothing. Rethink the approach "
+            "before calling more tools."
+        ),
+        "similar_results": (
+            f"{count} calls of the same tool with varied arguments gave results of nearly the "
+            "same size. You may be going in circles: step back and rethink."
+        ),
+    }[name]
+
+
+def finish_refused(reason: str) -> str:
+    return f"`finish` was not accepted: {reason}. Address this, then call `finish` again."
+
+
+def finalize() -> str:
+    return (
+        "You are close to the limit of this run (steps or budget). Wrap up now: finish with "
+        "the best answer you have."
+    )
+
+
+def budget_tool_calls() -> str:
+    return "not run: the run's tool-call budget is exhausted"

@@ -16,8 +16,10 @@ from capstan.messages import Usage
 
 __all__ = [
     "ActivityTuning",
+    "Budgets",
     "ContextPolicy",
     "FinishMode",
+    "GuardPolicy",
     "Phase",
     "RunResult",
     "RunSpec",
@@ -107,6 +109,44 @@ class ContextPolicy(BaseModel):
     tool_result_max_bytes: int = Field(default=100_000, ge=256)
 
 
+class GuardPolicy(BaseModel):
+    """Circuit breaker thresholds, turn-quality and finish guards (see `capstan.guards`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    identical_call_nudge: int = 3
+    identical_call_abort: int = 5
+    truncated_abort: int = 3
+    argument_errors_abort: int = 3
+    fruitless_chars: int = 48
+    fruitless_nudge: int = 5
+    fruitless_abort: int = 8
+    similar_window: int = 128
+    similar_nudge: int = 8
+    similar_abort: int = 12
+    #: refuse the first `finish` with this reason (the model sees it); the second is accepted
+    finish_refusal: str | None = None
+    #: refuse the first `finish` unless these tools were called successfully
+    finish_requires: tuple[str, ...] = ()
+    #: one wrap-up nudge when this many steps, or this share of any budget, remain
+    finalize_steps: int = 2
+    finalize_fraction: float = 0.1
+
+
+class Budgets(BaseModel):
+    """Per-run limits. `None` means unlimited. On exhaustion the run ends `budget_exhausted`
+    naming the budget, or, with `wait_for_grant`, waits for a `grant_budget` signal."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_tool_calls: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_wall_seconds: float | None = None
+    wait_for_grant: bool = False
+
+
 class RunSpec(BaseModel):
     """The input of one agent run.
 
@@ -139,6 +179,8 @@ class RunSpec(BaseModel):
     approval_expiry: ExpiryOutcome = "deny"
     wait_for_steps_grant: bool = False
     context: ContextPolicy = ContextPolicy()
+    guards: GuardPolicy = GuardPolicy()
+    budgets: Budgets = Budgets()
 
 
 class RunStatus(BaseModel):

@@ -12,6 +12,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from capstan.content import BlobRef, Text
+from capstan.guards import GuardState
 from capstan.messages import Message, ToolCall, Usage
 from capstan.models import ModelChain, ModelInfo
 from capstan.spec import Phase, RunSpec, RunStatus, TerminalReason
@@ -76,6 +77,13 @@ class RunState(BaseModel):
     warned: bool = False
     compactions: int = 0
     model_switches: tuple[str, ...] = ()
+    # guards and budgets (issue 5)
+    guarded: bool = False
+    guard: GuardState = GuardState()
+    finish_refused: bool = False
+    finalize_warned: bool = False
+    started_at: datetime | None = None
+    budget_extra: dict[str, float] = {}
 
     @property
     def model(self) -> ModelInfo | None:

@@ -19,6 +19,8 @@ __all__ = [
     "Answer",
     "ApprovalRecord",
     "ApprovalRequest",
+    "BudgetGrant",
+    "BudgetName",
     "CancelRequest",
     "Decision",
     "LiveMessage",
@@ -92,8 +94,26 @@ class StepGrant(_Input):
     steps: int = Field(ge=0)
 
 
+BudgetName = Literal["tool_calls", "input_tokens", "output_tokens", "cost_usd", "wall_seconds"]
+
+
+class BudgetGrant(_Input):
+    """More of a budget for a run that waits because the budget ran out."""
+
+    kind: Literal["grant_budget"] = "grant_budget"
+    budget: BudgetName
+    amount: float = Field(ge=0)
+
+
 SteeringInput = Annotated[
-    Decision | PauseRequest | ResumeRequest | CancelRequest | LiveMessage | Answer | StepGrant,
+    Decision
+    | PauseRequest
+    | ResumeRequest
+    | CancelRequest
+    | LiveMessage
+    | Answer
+    | StepGrant
+    | BudgetGrant,
     Field(discriminator="kind"),
 ]
 

@@ -17,6 +17,7 @@ from capstan.steering import ApprovalRecord, CancelRequest
 __all__ = [
     "CANCEL_IN_FLIGHT_PATCH",
     "CONTEXT_PATCH",
+    "GUARDS_PATCH",
     "TOOL_POLICY_PATCH",
     "WORKFLOW_NAME",
     "AgentInput",
@@ -37,6 +38,9 @@ CANCEL_IN_FLIGHT_PATCH = "cancel-in-flight-v1"
 #: `workflow.patched` id: the model chain is described at run start (`describe_model`) and the
 #: context window is managed (compaction, fallback models). Older runs did neither.
 CONTEXT_PATCH = "context-v1"
+
+#: `workflow.patched` id: turn-quality nudges, circuit breakers, finish guards and budgets.
+GUARDS_PATCH = "guards-v1"
 
 
 class AgentInput(BaseModel):

@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from capstan.steering import (
         Ack,
         Answer,
+        BudgetGrant,
         CancelRequest,
         Decision,
         LiveMessage,
@@ -66,6 +67,7 @@ with workflow.unsafe.imports_passed_through():
     from capstan.workflow_io import (
         CANCEL_IN_FLIGHT_PATCH,
         CONTEXT_PATCH,
+        GUARDS_PATCH,
         TOOL_POLICY_PATCH,
         WORKFLOW_NAME,
         AgentInput,
@@ -86,7 +88,7 @@ class AgentWorkflow:
 
     Signals (durable even with no worker running; each has a `_update` twin that validates and
     acknowledges): `decide`, `pause`, `resume`, `cancel`, `send_message`, `answer`,
-    `grant_steps`. Queries: `status`, `transcript`, `pending`.
+    `grant_steps`, `grant_budget`. Queries: `status`, `transcript`, `pending`.
     """
 
     @workflow.init
@@ -96,6 +98,7 @@ class AgentWorkflow:
             start.spec.run_id or workflow.info().workflow_id,
             gating=False,
             context_managed=False,
+            guarded=False,
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
 
@@ -105,6 +108,8 @@ class AgentWorkflow:
             self.state = self.state.model_copy(update={"gating": True})
         if start.carried is None and workflow.patched(CONTEXT_PATCH):
             self.state = self.state.model_copy(update={"context_managed": True})
+        if start.carried is None and workflow.patched(GUARDS_PATCH):
+            self.state = self.state.model_copy(update={"guarded": True})
         return await self._main(start)
 
     async def _main(self, start: AgentInput) -> RunResult:
@@ -162,6 +167,10 @@ class AgentWorkflow:
     def grant_steps(self, grant: StepGrant) -> None:
         self._steer(grant)
 
+    @workflow.signal(name="grant_budget")
+    def grant_budget(self, grant: BudgetGrant) -> None:
+        self._steer(grant)
+
     # Updates: the same inputs, validated first; a rejection writes nothing to history.
 
     @workflow.update(name="decide_update")
@@ -212,9 +221,17 @@ class AgentWorkflow:
     def _check_grant(self, grant: StepGrant) -> None:
         self._validate(grant)
 
+    @workflow.update(name="grant_budget_update")
+    def grant_budget_update(self, grant: BudgetGrant) -> Ack:
+        return self._steer(grant)
+
+    @grant_budget_update.validator
+    def _check_budget_grant(self, grant: BudgetGrant) -> None:
+        self._validate(grant)
+
     @workflow.query(name="status")
     def status(self) -> RunStatus:
-        return self.state.status()
+        return loop.status(self.state)
 
     @workflow.query(name="pending")
     def pending(self) -> PendingView:
