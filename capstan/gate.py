@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from capstan import nudges, policy
+from capstan import budgets, nudges, policy
 from capstan.finish import finish_answer
 from capstan.messages import ToolCall
 from capstan.state import MAX_RECORDS, RunState
@@ -26,8 +26,16 @@ def gate_turn(state: RunState, calls: tuple[ToolCall, ...]) -> RunState:
     approvals: list[ApprovalRequest] = []
     questions: list[Question] = []
     records: list[ApprovalRecord] = []
+    cap = budgets.limit(state, "tool_calls") if state.guarded else None
+    allowed = None if cap is None else max(int(cap) - state.usage.tool_calls, 0)
     for call in calls:
         verdict = _gate(state, call, alone=len(calls) == 1)
+        if allowed is not None and (verdict is None or isinstance(verdict, ApprovalRequest)):
+            if allowed <= 0:
+                verdict = ToolFailed(
+                    call_id=call.id, failure="not_run", error=nudges.budget_tool_calls()
+                )
+            allowed -= 1
         if isinstance(verdict, ToolFailed):
             decided.append(verdict)
             if verdict.failure == "denied":

@@ -318,8 +318,10 @@ def _on_reply(state: RunState, reply: ModelReply) -> RunState:
             "calibration": calibration,
         }
     )
-    if base.guarded and (handled := guard_reply(base, reply.message, reply.stop_reason)):
-        return handled
+    if base.guarded:
+        base, handled = guard_reply(base, reply.message, reply.stop_reason)
+        if handled:
+            return base
     calls = reply.message.tool_calls
     if not calls:
         return _on_text_only(base, reply.message)

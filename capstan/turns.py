@@ -26,40 +26,36 @@ def _abort(state: RunState, breaker: str, detail: str) -> RunState:
     return terminate(state, TerminalReason.CIRCUIT_BREAKER, f"{breaker}: {detail}")
 
 
-def guard_reply(state: RunState, message: Message, stop_reason: str) -> RunState | None:
-    """Handle a reply that needs it (a problem turn, a truncated or repeated call); None when
-    the reply goes on to the ordinary finish / gate path."""
+def guard_reply(state: RunState, message: Message, stop_reason: str) -> tuple[RunState, bool]:
+    """(state, handled): a problem turn, a truncated or repeated call is handled here; any other
+    reply goes on to the ordinary finish / gate path with the updated streaks."""
     calls = message.tool_calls
     policy = state.spec.guards
     if not calls:
         assert state.catalog is not None
         problem = turn_problem(message, state.catalog.names)
         if problem is None:
-            return None
+            return state, False
         if state.nudges >= state.spec.max_nudges:
-            return _abort(state, problem, f"{state.nudges + 1} such replies in a row")
-        return state.model_copy(
-            update={
-                "pending": (_nudge(state, nudges.turn_problem(problem)),),
-                "nudges": state.nudges + 1,
-            }
-        )
+            return _abort(state, problem, f"{state.nudges + 1} such replies in a row"), True
+        nudge = _nudge(state, nudges.turn_problem(problem))
+        return state.model_copy(update={"pending": (nudge,), "nudges": state.nudges + 1}), True
     truncated = stop_reason == "length"
     guard, identical, truncated_run = after_turn(state.guard, calls, truncated)
     state = state.model_copy(update={"guard": guard})
     if truncated_run >= policy.truncated_abort:
-        return _abort(state, "truncated_tool_calls", f"{truncated_run} cut-off replies in a row")
+        detail = f"{truncated_run} cut-off replies in a row"
+        return _abort(state, "truncated_tool_calls", detail), True
     if identical >= policy.identical_call_abort:
-        return _abort(state, "identical_call", f"the same call {identical} times in a row")
+        return _abort(state, "identical_call", f"the same call {identical} times in a row"), True
     if truncated:
         refused = tuple(
             ToolFailed(call_id=c.id, failure="not_run", error=nudges.truncated_calls())
             for c in calls
         )
-        return state.model_copy(
-            update={"phase": "acting", "turn_calls": calls, "decided": refused, "nudges": 0}
-        )
-    return None
+        update = {"phase": "acting", "turn_calls": calls, "decided": refused, "nudges": 0}
+        return state.model_copy(update=update), True
+    return state, False
 
 
 def finish_refusal(state: RunState) -> str | None:

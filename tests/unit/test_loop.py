@@ -164,7 +164,7 @@ def test_cancel_ends_run_at_next_boundary() -> None:
 
 
 def test_continue_as_new_every_n_steps_keeps_the_conversation() -> None:
-    script = [reply("", call("list_dir", call_id=f"c{i}"), step=i) for i in range(5)]
+    script = [reply("", call("list_dir", call_id=f"c{i}", path=str(i)), step=i) for i in range(5)]
     script.append(reply("", call("finish", answer="ok")))
     spec = SPEC.model_copy(update={"max_steps": 10, "continue_as_new_every": 2})
     d = Driver(script)

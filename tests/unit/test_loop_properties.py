@@ -27,7 +27,7 @@ from capstan.effects import (
     ToolsLoaded,
 )
 from capstan.messages import ToolCall
-from capstan.spec import FinishMode, RunSpec
+from capstan.spec import Budgets, FinishMode, RunSpec
 from capstan.state import RunState
 from capstan.steering import Decision, LiveMessage, PauseRequest, ResumeRequest
 from capstan.tooling import ToolFailed, ToolSucceeded
@@ -43,8 +43,22 @@ arguments = st.one_of(
 calls = st.lists(st.tuples(names, arguments), max_size=4).map(
     lambda cs: tuple(ToolCall(id=f"c{i}", name=n, arguments=a) for i, (n, a) in enumerate(cs))
 )
+texts = st.one_of(
+    st.text(max_size=10),
+    st.just(""),
+    st.just('{"name": "list_dir", "arguments": {}}'),
+    st.just("<tool_call>read_file</tool_call>"),
+)
+
+
+def _turn(text: str, cs: tuple[ToolCall, ...], cut: bool, reasoning: str) -> object:
+    r = reply(text, *cs)
+    message = r.message.model_copy(update={"reasoning": reasoning or None})
+    return r.model_copy(update={"message": message, "stop_reason": "length" if cut else "stop"})
+
+
 turns = st.one_of(
-    st.builds(lambda t, cs: reply(t, *cs), st.text(max_size=10), calls),
+    st.builds(_turn, texts, calls, st.booleans(), st.sampled_from(["", "thinking"])),
     st.builds(lambda e: ModelFailed(error=e), st.text(max_size=10)),
 )
 
@@ -57,6 +71,7 @@ turns = st.one_of(
     mode=st.sampled_from(list(FinishMode)),
     tool_fails=st.booleans(),
     every=st.integers(1, 5),
+    tool_budget=st.one_of(st.none(), st.integers(0, 6)),
     human=st.lists(
         st.sampled_from(["approve", "deny", "always", "expire", "bad-hash", "pause", "message"]),
         min_size=1,
@@ -70,6 +85,7 @@ def test_every_run_ends_once_within_bounds(
     mode: FinishMode,
     tool_fails: bool,
     every: int,
+    tool_budget: int | None,
     human: list[str],
 ) -> None:
     spec = RunSpec(
@@ -78,6 +94,7 @@ def test_every_run_ends_once_within_bounds(
         max_nudges=max_nudges,
         finish_mode=mode,
         continue_as_new_every=every,
+        budgets=Budgets(max_tool_calls=tool_budget),
     )
     state = loop.initial_state(spec, "r")
     model = _Model(script)
