@@ -33,7 +33,7 @@ from bench.bare_workflow import BareWorkflow  # noqa: E402
 from capstan.client import CapstanClient, connect_temporal  # noqa: E402
 from capstan.config import Settings  # noqa: E402
 from capstan.embedded import EmbeddedServer  # noqa: E402
-from capstan.spec import RunSpec, TerminalReason  # noqa: E402
+from capstan.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say  # noqa: E402
 from capstan.testing.history_stats import measure_history  # noqa: E402
 from worker import build_worker  # noqa: E402
@@ -50,7 +50,11 @@ def _free_port() -> int:
 def iteration_script(iterations: int) -> Any:
     def script(step: int, messages: list[dict[str, Any]]) -> Reply:
         if step < iterations - 1:
-            return say(call("list_dir"), call("list_dir", path="."), call("list_dir"))
+            return say(
+                call("list_dir", path=f"d{step}/a"),
+                call("list_dir", path=f"d{step}/b"),
+                call("list_dir", path=f"d{step}/c"),
+            )
         return say(call("finish", answer="done"))
 
     return script
@@ -96,7 +100,12 @@ async def history(client: CapstanClient, steps: int = 200) -> dict[str, Any]:
 
     _SCRIPT["current"] = script
     run_id = await client.start_run(
-        RunSpec(task="bench history", max_steps=steps, observation_max_chars=1000)
+        RunSpec(
+            task="bench history",
+            max_steps=steps,
+            observation_max_chars=1000,
+            guards=GuardPolicy(similar_nudge=10_000, similar_abort=10_000),
+        )
     )
     result = await client.result(run_id)
     assert result.terminal_reason is TerminalReason.COMPLETED, result
@@ -128,6 +137,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 task_queue=f"bench-{uuid.uuid4().hex[:6]}",
                 tools_module="tests.sample_tools",
             )
+            for i in range(args.iterations):  # distinct directories: no call repeats itself
+                for sub in "abc":
+                    (settings.workspace_dir / f"d{i}" / sub).mkdir(parents=True, exist_ok=True)
             temporal = await connect_temporal(settings)
             client = CapstanClient(temporal, settings)
 

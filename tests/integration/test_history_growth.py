@@ -7,7 +7,7 @@ import pytest
 
 from capstan.client import CapstanClient
 from capstan.config import Settings
-from capstan.spec import RunSpec, TerminalReason
+from capstan.spec import GuardPolicy, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
 from capstan.testing.history_stats import measure_history
 from tests.integration.helpers import running_worker
@@ -29,7 +29,13 @@ async def test_history_per_step_is_flat(temporal, settings: Settings) -> None:
         async with running_worker(temporal, settings, fake):
             client = CapstanClient(temporal, settings)
             run_id = await client.start_run(
-                RunSpec(task="read many outputs", max_steps=STEPS, observation_max_chars=1000)
+                RunSpec(
+                    task="read many outputs",
+                    max_steps=STEPS,
+                    observation_max_chars=1000,
+                    # 200 same-sized outputs look like a loop to the similar-results breaker
+                    guards=GuardPolicy(similar_nudge=10_000, similar_abort=10_000),
+                )
             )
             result = await client.result(run_id)
     assert result.terminal_reason is TerminalReason.COMPLETED, result

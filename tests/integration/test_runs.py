@@ -221,7 +221,8 @@ async def test_temporal_cancellation_ends_run_cancelled(temporal, settings) -> N
 
 
 async def test_continue_as_new_carries_the_run(temporal, settings, workspace) -> None:
-    script = [say(call("list_dir")) for _ in range(5)] + [say(call("finish", answer="done"))]
+    script = [say(call("list_dir", path=f"d{i}")) for i in range(5)]
+    script.append(say(call("finish", answer="done")))
     with FakeProvider(script) as fake:
         async with running_worker(temporal, settings, fake):
             client = CapstanClient(temporal, settings)
