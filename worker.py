@@ -19,7 +19,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import httpx
+from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
+from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import Worker
 
 from activities.compaction import CompactionActivities
@@ -33,6 +35,7 @@ from capstan.client import connect_temporal
 from capstan.config import Settings
 from capstan.embedded import EmbeddedServer
 from capstan.spec import ToolRule
+from capstan.telemetry import Instruments, configure_from_env
 from workflows.agent import AgentWorkflow
 
 __all__ = [
@@ -64,13 +67,24 @@ def build_worker(
     settings: Settings,
     http: httpx.AsyncClient,
     env: Mapping[str, str] | None = None,
+    *,
     extra_workflows: Sequence[type] = (),
+    tracer_provider: TracerProvider | None = None,
     **worker_options: object,
 ) -> Worker:
-    """A worker with the agent workflow and every activity, dependencies injected."""
+    """A worker with the agent workflow and every activity, dependencies injected.
+
+    Tracing: Temporal's replay-safe interceptor plus model and tool spans, on `tracer_provider`
+    (default: the global one, which `configure_from_env` sets from `OTEL_*`).
+    """
+    telemetry = Instruments(tracer_provider)
     content = ContentStore(LocalBlobStore(settings.blob_dir), count_tokens=count_tokens)
     models = ModelActivities(
-        content, env if env is not None else os.environ, http, count_tokens=count_tokens
+        content,
+        env if env is not None else os.environ,
+        http,
+        count_tokens=count_tokens,
+        telemetry=telemetry,
     )
     compaction = CompactionActivities(content, models, http, count_tokens)
     tools = ToolActivities(
@@ -78,11 +92,13 @@ def build_worker(
         content,
         settings.workspace_dir,
         load_policy(settings.policy_file),
+        telemetry,
     )
     options: dict[str, object] = {
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
+        "interceptors": [TracingInterceptor(telemetry.tracer)],
         "activity_executor": ThreadPoolExecutor(4),
     }
     options.update(worker_options)
@@ -134,6 +150,7 @@ async def temporal_for(settings: Settings) -> AsyncIterator[Client]:
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run a worker until `stop` is set (or forever)."""
     stop = stop or asyncio.Event()
+    configure_from_env()
     async with temporal_for(settings) as client, httpx.AsyncClient() as http:
         async with build_worker(client, settings, http):
             log.info("worker polling task queue %r", settings.task_queue)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from opentelemetry.trace import SpanKind
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -37,6 +38,7 @@ from capstan.blobstore import ContentStore
 from capstan.conversation import append_segment, load_conversation
 from capstan.messages import Message, ToolCall, Usage
 from capstan.models import ModelChain, Prices
+from capstan.telemetry import Instruments
 from capstan.tooling import ToolSpec
 
 __all__ = ["ModelActivities", "StreamProgress", "adapter_for", "cost_of"]
@@ -98,7 +100,9 @@ class ModelActivities:
         env: Mapping[str, str],
         http: httpx.AsyncClient,
         count_tokens: Callable[[str], int] | None = None,
+        telemetry: Instruments | None = None,
     ) -> None:
+        self.telemetry = telemetry or Instruments()
         self.content = content
         self.env = env
         self.http = http
@@ -139,15 +143,42 @@ class ModelActivities:
         attempt = activity.info().attempt if activity.in_activity() else 1
         progress = StreamProgress(request.run_id, request.step, attempt)
         started = time.monotonic()
-        reply = await with_heartbeat(
-            adapter_for(profile, self.http).complete(
-                rendered, tools, step=request.step, on_delta=progress.add
-            ),
-            interval=0.5,
-            details=progress.snapshot,
-        )
+        with self.telemetry.tracer.start_as_current_span(
+            f"chat {profile.model}",
+            kind=SpanKind.CLIENT,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.system": profile.provider,
+                "gen_ai.provider.name": profile.provider,
+                "gen_ai.request.model": profile.model,
+                "gen_ai.request.max_tokens": profile.max_output_tokens,
+                "capstan.run_id": request.run_id,
+                "capstan.step": request.step,
+                "capstan.attempt": attempt,
+            },
+        ) as span:
+            reply = await with_heartbeat(
+                adapter_for(profile, self.http).complete(
+                    rendered, tools, step=request.step, on_delta=progress.add
+                ),
+                interval=0.5,
+                details=progress.snapshot,
+            )
+            span.set_attributes(
+                {
+                    "gen_ai.response.model": reply.model,
+                    "gen_ai.response.finish_reasons": [reply.stop_reason],
+                    "gen_ai.usage.input_tokens": reply.usage.input_tokens,
+                    "gen_ai.usage.output_tokens": reply.usage.output_tokens,
+                }
+            )
         latency_ms = int((time.monotonic() - started) * 1000)
         usage = reply.usage.model_copy(update={"cost_usd": cost_of(reply.usage, profile.prices)})
+        self._record_metrics(profile, usage, latency_ms)
+        activity.logger.info(
+            "model replied",
+            extra={"run_id": request.run_id, "step": request.step, "attempt": attempt},
+        ) if activity.in_activity() else None
         assistant = self._assistant(reply, request.step)
         head = await asyncio.to_thread(
             append_segment,
@@ -167,6 +198,13 @@ class ModelActivities:
             estimated_input_tokens=estimate,
             repaired_calls=sum(1 for c in reply.tool_calls if c.repaired),
         )
+
+    def _record_metrics(self, profile: Profile, usage: Usage, latency_ms: int) -> None:
+        labels = {"provider": profile.provider, "model": profile.model}
+        self.telemetry.tokens.add(usage.input_tokens, {**labels, "type": "input"})
+        self.telemetry.tokens.add(usage.output_tokens, {**labels, "type": "output"})
+        self.telemetry.cost.add(usage.cost_usd, labels)
+        self.telemetry.model_latency.record(latency_ms, labels)
 
     def _assistant(self, reply: ProviderReply, step: int) -> Message:
         store = self.content

@@ -21,6 +21,7 @@ from activities.tools.registry import ToolContext, ToolRegistry
 from capstan.activity_io import ListToolsInput, RunToolInput
 from capstan.blobstore import ContentStore
 from capstan.spec import ToolRule
+from capstan.telemetry import Instruments
 from capstan.tooling import ToolCatalog, ToolFailed, ToolInfo, ToolOutcome, ToolSpec, ToolSucceeded
 
 __all__ = ["ToolActivities"]
@@ -33,7 +34,9 @@ class ToolActivities:
         content: ContentStore,
         workspace: Path,
         policy: Mapping[str, ToolRule] | None = None,
+        telemetry: Instruments | None = None,
     ) -> None:
+        self.telemetry = telemetry or Instruments()
         self.registry = registry
         self.content = content
         self.workspace = workspace
@@ -65,8 +68,23 @@ class ToolActivities:
     @activity.defn(name="run_tool")
     async def run_tool(self, request: RunToolInput) -> ToolOutcome:
         started = time.monotonic()
-        outcome = await self._run(request)
+        with self.telemetry.tracer.start_as_current_span(
+            f"execute_tool {request.name}",
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": request.name,
+                "gen_ai.tool.call.id": request.call_id,
+                "capstan.run_id": request.run_id,
+                "capstan.step": request.step,
+                "capstan.idempotency_key": request.idempotency_key,
+            },
+        ) as span:
+            outcome = await self._run(request)
+            span.set_attribute("capstan.tool.outcome", outcome.kind)
         outcome.duration_ms = int((time.monotonic() - started) * 1000)
+        self.telemetry.tool_latency.record(
+            outcome.duration_ms, {"tool": request.name, "outcome": outcome.kind}
+        )
         return outcome
 
     async def _run(self, request: RunToolInput) -> ToolSucceeded | ToolFailed:

@@ -13,15 +13,18 @@ import os
 import signal
 import sys
 
+from capstan.cli_audit import register_audit
 from capstan.cli_steering import register_steering
 from capstan.cli_support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
 from capstan.cli_support import client_for as _client
 from capstan.cli_support import print_json as _print_json
 from capstan.client import CapstanClient, SteeringError
 from capstan.config import Settings
+from capstan.events import derive_events
+from capstan.history import decode_history, load_histories
 from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
 from capstan.transcript import build_transcript
-from capstan.watch import LiveText, follow, format_step
+from capstan.watch import format_step, watch_live
 
 __all__ = ["main"]
 
@@ -104,16 +107,26 @@ async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    """Follow the durable event stream (from any offset) plus live streamed text."""
     client = await _client(settings)
-    async for item in follow(client, args.run_id, live=True):
-        if isinstance(item, LiveText):
-            print(f"  ~ step {item.step} (attempt {item.attempt}): {item.text}", flush=True)
-            continue
-        if isinstance(item, RunResult):
-            print("\n".join(_result_lines(item, client)))
-            return EXIT_OK if item.terminal_reason is TerminalReason.COMPLETED else 1
-        print("\n".join(format_step(item)), flush=True)
-    return EXIT_OK
+    next_seq = args.start
+    live: dict[tuple[int, int], int] = {}
+    while True:
+        histories = await load_histories(client.client, args.run_id)
+        if not histories:
+            raise CliError(f"no run {args.run_id!r}")
+        for event in derive_events([decode_history(h) for h in histories])[next_seq:]:
+            next_seq = event.seq + 1
+            if args.json:
+                print(event.model_dump_json(), flush=True)
+            else:
+                step = f" step {event.step}" if event.step is not None else ""
+                print(f"{event.seq:>4} {event.kind}{step}  {event.summary}".rstrip(), flush=True)
+            if event.kind == "run_ended":
+                return EXIT_OK if event.summary == "completed" else EXIT_RUN_NOT_COMPLETED
+        if not args.json and (text := await watch_live(client, args.run_id, live)) is not None:
+            print(f"     ~ step {text.step} (attempt {text.attempt}): {text.text}", flush=True)
+        await asyncio.sleep(0.4)
 
 
 async def _until_signalled() -> None:
@@ -188,10 +201,13 @@ def _parser() -> argparse.ArgumentParser:
     p = add("ls", cmd_ls, "list runs, newest first")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true")
-    p = add("watch", cmd_watch, "follow a run's steps as they happen, until it ends")
+    p = add("watch", cmd_watch, "follow a run's events as they happen, until it ends")
     p.add_argument("run_id")
+    p.add_argument("--from", dest="start", type=int, default=0, help="first event number")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
 
     register_steering(add)
+    register_audit(add)
     add("server", cmd_server, "run the embedded Temporal dev server in the foreground")
     add("worker", cmd_worker, "run a worker (starting the embedded server if needed)")
     add("demo", cmd_demo, "start the embedded server and a worker, run one agent, show it")

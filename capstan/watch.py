@@ -17,7 +17,7 @@ from capstan.client import CapstanClient
 from capstan.spec import RunResult
 from capstan.transcript import StepView, build_transcript
 
-__all__ = ["LiveText", "follow", "format_step"]
+__all__ = ["LiveText", "follow", "format_step", "watch_live"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ def format_step(step: StepView) -> list[str]:
     return lines
 
 
-async def _live(
+async def watch_live(
     client: CapstanClient, run_id: str, seen: dict[tuple[int, int], int]
 ) -> LiveText | None:
     """New streamed text since the last poll; a new attempt of a step starts over."""
@@ -75,7 +75,7 @@ async def follow(
     seen: dict[tuple[int, int], int] = {}
     while True:
         running = await client.is_running(run_id)
-        if live and running and (text := await _live(client, run_id, seen)) is not None:
+        if live and running and (text := await watch_live(client, run_id, seen)) is not None:
             yield text
         try:
             view = await client.transcript_view(run_id)

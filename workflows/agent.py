@@ -118,13 +118,16 @@ class AgentWorkflow:
                 self._fold(Boundary(now=workflow.now()))
                 effect = self._decide()
                 if isinstance(effect, Finish):
+                    self._count_end(effect.result)
                     return effect.result
                 if isinstance(effect, ContinueAsNew):
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     carried = loop.carry_over(self.state)
                     workflow.continue_as_new(AgentInput(spec=start.spec, carried=carried))
                 if isinstance(effect, AwaitInput):
+                    self._gauge_waiting()
                     await self._await_input(effect)
+                    self._gauge_waiting()
                     continue
                 outcome = await self._perform_unless_cancelled(effect)
                 if outcome is not None:
@@ -262,6 +265,15 @@ class AgentWorkflow:
         self._fold(Steered(input=item))
         self._inputs += 1
         return Ack(applied=True)
+
+    def _count_end(self, result: RunResult) -> None:
+        """Runs by terminal reason (the workflow metric meter is silent during replay)."""
+        counter = workflow.metric_meter().create_counter("capstan_runs_ended", "runs")
+        counter.add(1, {"terminal_reason": result.terminal_reason.value})
+
+    def _gauge_waiting(self) -> None:
+        gauge = workflow.metric_meter().create_gauge("capstan_approvals_waiting", "requests")
+        gauge.set(len(self.state.approvals), {"run_id": self.state.run_id})
 
     async def _await_input(self, effect: AwaitInput) -> None:
         """Wait durably until an input arrives or the earliest expiry passes."""
