@@ -98,7 +98,8 @@ def build_worker(
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
-        "interceptors": [TracingInterceptor(telemetry.tracer)],
+        # workflow spans even when the client that started the run does not trace
+        "interceptors": [TracingInterceptor(telemetry.tracer, always_create_workflow_spans=True)],
         "activity_executor": ThreadPoolExecutor(4),
     }
     options.update(worker_options)
