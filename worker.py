@@ -34,6 +34,7 @@ from capstan.blobstore import ContentStore, LocalBlobStore
 from capstan.client import connect_temporal
 from capstan.config import Settings
 from capstan.embedded import EmbeddedServer
+from capstan.local_model import local_model_env
 from capstan.spec import ToolRule
 from capstan.telemetry import Instruments, configure_from_env
 from workflows.agent import AgentWorkflow
@@ -152,10 +153,11 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     """Run a worker until `stop` is set (or forever)."""
     stop = stop or asyncio.Event()
     configure_from_env()
-    async with temporal_for(settings) as client, httpx.AsyncClient() as http:
-        async with build_worker(client, settings, http):
-            log.info("worker polling task queue %r", settings.task_queue)
-            await stop.wait()
+    with local_model_env(dict(os.environ), settings.data_dir) as env:
+        async with temporal_for(settings) as client, httpx.AsyncClient() as http:
+            async with build_worker(client, settings, http, env):
+                log.info("worker polling task queue %r", settings.task_queue)
+                await stop.wait()
 
 
 def main() -> None:

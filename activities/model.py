@@ -49,7 +49,7 @@ TAIL_CHARS = 400
 def adapter_for(profile: Profile, http: httpx.AsyncClient) -> ChatAdapter:
     if profile.provider == "anthropic":
         return AnthropicMessages(profile, http)
-    return OpenAIChat(profile, http)
+    return OpenAIChat(profile, http)  # OpenAI and every compatible server, the local one too
 
 
 def cost_of(usage: Usage, prices: Prices) -> float:

