@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from capstan import local_model
 from capstan.client import CapstanClient
 from capstan.config import Settings
 from capstan.spec import RunResult, RunSpec, TerminalReason
@@ -28,6 +29,12 @@ NOTES = "Capstan demo notes\nThe harbour crane lifts 42 containers an hour.\n"
 TASK = (
     "List the workspace, read notes.txt, write a one-line summary of it to summary.txt, "
     "then finish with the number of containers the crane lifts per hour."
+)
+
+LOCAL_TASK = "Read the file notes.txt, then call finish with the number of containers per hour."
+LOCAL_SYSTEM = (
+    "You are an agent that uses tools. Call read_file to read a file. "
+    "When you know the answer, call finish with the answer."
 )
 
 NO_MODEL = (
@@ -53,15 +60,37 @@ def _scripted(step: int, messages: list[dict[str, Any]]) -> Reply:
 
 
 @contextlib.contextmanager
-def _model_env() -> Iterator[dict[str, str]]:
+def _model_env(settings: Settings) -> Iterator[dict[str, str]]:
     env = dict(os.environ)
     if env.get("CAPSTAN_MODEL"):
         yield env
+        return
+    if local_model.available():
+        print(
+            "No CAPSTAN_MODEL set: using the bundled offline model SmolLM2-135M "
+            "(profile local:smollm2). Set CAPSTAN_MODEL for OpenAI, Anthropic, Ollama, vLLM "
+            "or llama.cpp.\n",
+            flush=True,
+        )
+        with local_model.local_model_env(env, settings.data_dir) as served:
+            yield served
         return
     print(NO_MODEL, flush=True)
     with FakeProvider(_scripted, model="capstan-scripted-demo") as fake:
         env.update({"CAPSTAN_MODEL": "openai:scripted-demo", "OPENAI_BASE_URL": fake.base_url})
         yield env
+
+
+def demo_spec(env: dict[str, str]) -> RunSpec:
+    """The demo run; a small local model gets a simpler task and only the tools it needs."""
+    if env.get("CAPSTAN_MODEL") == local_model.LOCAL_PROFILE:
+        return RunSpec(
+            task=LOCAL_TASK,
+            system_prompt=LOCAL_SYSTEM,
+            allowed_tools=("list_dir", "read_file"),
+            max_steps=6,
+        )
+    return RunSpec(task=TASK, max_steps=10)
 
 
 async def run_demo(settings: Settings) -> int:
@@ -70,11 +99,11 @@ async def run_demo(settings: Settings) -> int:
     workspace = settings.workspace_dir
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "notes.txt").write_text(NOTES, encoding="utf-8")
-    with _model_env() as env:
+    with _model_env(settings) as env:
         async with worker.temporal_for(settings) as temporal, httpx.AsyncClient() as http:
             async with worker.build_worker(temporal, settings, http, env):
                 client = CapstanClient(temporal, settings)
-                run_id = await client.start_run(RunSpec(task=TASK, max_steps=10))
+                run_id = await client.start_run(demo_spec(env))
                 print(f"started run {run_id} on {settings.address} (workspace: {workspace})")
                 reviewer = asyncio.create_task(_review(client, run_id))
                 try:

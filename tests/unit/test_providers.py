@@ -409,3 +409,66 @@ def test_cost_uses_cache_prices() -> None:
     usage = Usage(input_tokens=1_000_000, output_tokens=100_000, cache_read_tokens=400_000)
     prices = Prices(input=3.0, output=15.0, cache_read=0.3)
     assert cost_of(usage, prices) == pytest.approx(0.6 * 3.0 + 0.4 * 0.3 + 0.1 * 15.0)
+
+
+# Structured tool calling for small local models ------------------------------------------
+
+
+async def test_structured_mode_asks_for_a_schema_and_turns_json_into_a_call() -> None:
+    bodies: list[dict[str, object]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        content = json.dumps({"name": "list_dir", "arguments": {"path": "."}})
+        return httpx.Response(200, json={"choices": [{"message": {"content": content}}]})
+
+    history = [
+        *HELLO,
+        RenderedMessage(
+            role="assistant", content="", tool_calls=(RenderedCall("c", "list_dir", "{}"),)
+        ),
+        RenderedMessage(role="tool", content="a.txt", tool_call_id="c", name="list_dir"),
+    ]
+    adapter = openai(httpx.MockTransport(handle), tool_mode="structured", stream=False)
+    reply = await adapter.complete(history, TOOLS, 3)
+    body = bodies[0]
+    assert "tools" not in body and body["temperature"] == 0
+    schema = body["response_format"]["schema"]  # type: ignore[index]
+    assert schema["oneOf"][0]["properties"]["name"] == {"const": "list_dir"}
+    wire = body["messages"]
+    assert wire[0]["role"] == "system" and "list_dir" in wire[0]["content"]  # type: ignore[index]
+    assert json.loads(wire[2]["content"]) == {"name": "list_dir", "arguments": {}}  # type: ignore[index]
+    assert wire[3] == {"role": "user", "content": "Result of list_dir:\na.txt"}  # type: ignore[index]
+    assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [
+        ("call_3_0", "list_dir", '{"path": "."}')
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "called"),
+    [
+        ('{"name": "list_dir", "arguments": {"path": "."}}', True),
+        ('```json\n{"name": "list_dir", "arguments": {}}\n```', True),
+        ('{"name": "rm", "arguments": {}}', False),  # not an offered tool
+        ('I will call {"name": "list_dir", "arguments": {}}', False),  # not the whole reply
+        ('{"name": "list_dir", "arguments": {}, "extra": 1}', False),  # not only a call
+    ],
+)
+async def test_printed_json_call_is_taken_only_when_unambiguous(text: str, called: bool) -> None:
+    transport = httpx.MockTransport(
+        lambda r: httpx.Response(200, json={"choices": [{"message": {"content": text}}]})
+    )
+    reply = await openai(transport, stream=False).complete(HELLO, TOOLS, 1)
+    assert bool(reply.tool_calls) is called
+    assert reply.text == ("" if called else text)
+
+
+def test_local_profile_defaults() -> None:
+    p = resolve_profile("local:smollm2", {"CAPSTAN_LOCAL_MODEL_URL": "http://127.0.0.1:9/v1"})
+    assert (p.provider, p.tool_mode, p.stream, p.context_window) == (
+        "local",
+        "structured",
+        False,
+        8192,
+    )
+    assert p.base_url == "http://127.0.0.1:9/v1"
