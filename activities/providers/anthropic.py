@@ -16,16 +16,9 @@ from httpx_sse import EventSource
 from temporalio.exceptions import ApplicationError
 
 from activities.providers.base import DeltaSink, ProviderReply, RenderedMessage, WireToolCall
-from activities.providers.errors import (
-    context_overflow,
-    error_for_response,
-    error_for_transport,
-    malformed,
-    scrub,
-    stream_cut,
-)
+from activities.providers.errors import context_overflow, malformed, scrub, stream_cut
+from activities.providers.http_adapter import HttpAdapter
 from activities.providers.json_repair import repair_arguments
-from activities.providers.profiles import Profile
 from capstan.messages import Usage
 from capstan.tooling import ToolSpec
 
@@ -93,17 +86,8 @@ def _with_cache_breakpoints(
         turns[-2]["content"][-1]["cache_control"] = CACHE
 
 
-class AnthropicMessages:
+class AnthropicMessages(HttpAdapter):
     """Adapter for `POST {base_url}/v1/messages`."""
-
-    def __init__(self, profile: Profile, http: httpx.AsyncClient) -> None:
-        self.profile = profile
-        self.http = http
-
-    @property
-    def _secrets(self) -> tuple[str, ...]:
-        key = self.profile.api_key
-        return (key.get_secret_value(),) if key else ()
 
     def body(self, messages: list[RenderedMessage], tools: list[ToolSpec]) -> dict[str, Any]:
         system, turns = to_anthropic(messages)
@@ -135,34 +119,14 @@ class AnthropicMessages:
         headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
         if self.profile.api_key:
             headers["x-api-key"] = self.profile.api_key.get_secret_value()
-        request = self.http.build_request(
-            "POST",
-            f"{self.profile.base_url}/v1/messages",
-            json=self.body(messages, tools),
-            headers=headers,
-            timeout=self.profile.request_timeout,
-        )
-        try:
-            response = await self.http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            raise error_for_transport(exc, self._secrets) from None
-        try:
-            if response.status_code >= 400:
-                body = (await response.aread()).decode("utf-8", errors="replace")
-                raise error_for_response(response, body, self._secrets)
-            try:
-                if "text/event-stream" in response.headers.get("content-type", ""):
-                    message = await self._read_stream(response, on_delta)
-                else:
-                    message = json.loads(await response.aread())
-                return self._reply(message)
-            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-                # JSON errors are ValueErrors; the rest are shapes we did not expect
-                raise malformed(f"{type(exc).__name__}: {exc}") from None
-        except httpx.TransportError as exc:
-            raise error_for_transport(exc, self._secrets) from None
-        finally:
-            await response.aclose()
+
+        async def read(response: httpx.Response, streamed: bool) -> ProviderReply:
+            if streamed:
+                return self._reply(await self._read_stream(response, on_delta))
+            return self._reply(json.loads(await response.aread()))
+
+        url = f"{self.profile.base_url}/v1/messages"
+        return await self.exchange(url, self.body(messages, tools), headers, read)
 
     async def _read_stream(
         self, response: httpx.Response, on_delta: DeltaSink | None
@@ -179,7 +143,7 @@ class AnthropicMessages:
                 raise malformed(f"a stream event is not JSON: {event.data[:80]!r}") from None
             kind = data.get("type", event.event)
             if kind == "error":
-                raise _stream_error(data.get("error", data), self._secrets)
+                raise _stream_error(data.get("error", data), self.secrets)
             if kind == "message_start":
                 message = dict(data["message"])
             elif kind == "content_block_start":

@@ -23,16 +23,9 @@ from activities.providers.base import (
     RenderedMessage,
     WireToolCall,
 )
-from activities.providers.errors import (
-    context_overflow,
-    error_for_response,
-    error_for_transport,
-    malformed,
-    scrub,
-    stream_cut,
-)
+from activities.providers.errors import context_overflow, malformed, scrub, stream_cut
+from activities.providers.http_adapter import HttpAdapter
 from activities.providers.json_repair import repair_arguments
-from activities.providers.profiles import Profile
 from capstan.messages import Usage
 from capstan.tooling import ToolSpec
 
@@ -161,17 +154,8 @@ def to_openai_messages(messages: list[RenderedMessage]) -> list[dict[str, Any]]:
     return wire
 
 
-class OpenAIChat:
+class OpenAIChat(HttpAdapter):
     """Adapter for `POST {base_url}/chat/completions`."""
-
-    def __init__(self, profile: Profile, http: httpx.AsyncClient) -> None:
-        self.profile = profile
-        self.http = http
-
-    @property
-    def _secrets(self) -> tuple[str, ...]:
-        key = self.profile.api_key
-        return (key.get_secret_value(),) if key else ()
 
     def body(self, messages: list[RenderedMessage], tools: list[ToolSpec]) -> dict[str, Any]:
         if tools and self.profile.tool_mode == "structured":
@@ -219,35 +203,17 @@ class OpenAIChat:
         step: int = 0,
         on_delta: DeltaSink | None = None,
     ) -> ProviderReply:
+        names = {t.name for t in tools}
+
+        async def read(response: httpx.Response, streamed: bool) -> ProviderReply:
+            if streamed:
+                reply = await self._read_stream(response, step, on_delta)
+            else:
+                reply = self._parse(await response.aread(), step)
+            return _calls_from_text(reply, names, step)
+
         url = f"{self.profile.base_url}/chat/completions"
-        request = self.http.build_request(
-            "POST",
-            url,
-            json=self.body(messages, tools),
-            headers=self._headers(),
-            timeout=self.profile.request_timeout,
-        )
-        try:
-            response = await self.http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            raise error_for_transport(exc, self._secrets) from None
-        try:
-            if response.status_code >= 400:
-                body = (await response.aread()).decode("utf-8", errors="replace")
-                raise error_for_response(response, body, self._secrets)
-            try:
-                if "text/event-stream" in response.headers.get("content-type", ""):
-                    reply = await self._read_stream(response, step, on_delta)
-                else:
-                    reply = self._parse(await response.aread(), step)
-                return _calls_from_text(reply, {t.name for t in tools}, step)
-            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-                # JSON errors are ValueErrors; the rest are shapes we did not expect
-                raise malformed(f"{type(exc).__name__}: {exc}") from None
-        except httpx.TransportError as exc:
-            raise error_for_transport(exc, self._secrets) from None
-        finally:
-            await response.aclose()
+        return await self.exchange(url, self.body(messages, tools), self._headers(), read)
 
     def _parse(self, content: bytes, step: int) -> ProviderReply:
         try:
@@ -290,7 +256,7 @@ class OpenAIChat:
             if not isinstance(chunk, dict):
                 raise malformed("a stream chunk is not an object")
             if "error" in chunk:
-                raise _stream_error(chunk["error"], self._secrets)
+                raise _stream_error(chunk["error"], self.secrets)
             acc.fold(chunk, on_delta)
         if acc.finish is None or not done:
             raise stream_cut("no finish reason" if acc.finish is None else "no [DONE] marker")

@@ -1,0 +1,59 @@
+"""The HTTP exchange every adapter shares: send, map failures to typed errors, parse.
+
+One place decides what a transport error, an error status or an unexpected reply shape means,
+so the OpenAI and Anthropic adapters only build bodies and read replies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+
+from activities.providers.base import ProviderReply
+from activities.providers.errors import error_for_response, error_for_transport, malformed
+from activities.providers.profiles import Profile
+
+__all__ = ["HttpAdapter"]
+
+ReadReply = Callable[[httpx.Response, bool], Awaitable[ProviderReply]]
+
+
+class HttpAdapter:
+    """Holds the profile and the shared httpx client; `exchange` does one request."""
+
+    def __init__(self, profile: Profile, http: httpx.AsyncClient) -> None:
+        self.profile = profile
+        self.http = http
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        key = self.profile.api_key
+        return (key.get_secret_value(),) if key else ()
+
+    async def exchange(
+        self, url: str, body: dict[str, Any], headers: dict[str, str], read: ReadReply
+    ) -> ProviderReply:
+        """POST `body`; `read(response, streamed)` turns a 2xx response into a reply."""
+        request = self.http.build_request(
+            "POST", url, json=body, headers=headers, timeout=self.profile.request_timeout
+        )
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise error_for_transport(exc, self.secrets) from None
+        try:
+            if response.status_code >= 400:
+                text = (await response.aread()).decode("utf-8", errors="replace")
+                raise error_for_response(response, text, self.secrets)
+            streamed = "text/event-stream" in response.headers.get("content-type", "")
+            try:
+                return await read(response, streamed)
+            except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+                # JSON errors are ValueErrors; the rest are reply shapes we did not expect
+                raise malformed(f"{type(exc).__name__}: {exc}") from None
+        except httpx.TransportError as exc:
+            raise error_for_transport(exc, self.secrets) from None
+        finally:
+            await response.aclose()
