@@ -5,10 +5,15 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint bench setup histories clean
 
+# llama-cpp-python builds from source (about 8 minutes on 2 cores, then pip caches the wheel).
+# Its default build targets the build machine's exact CPU and crashed on prompts longer than
+# one token here; these flags build portable AVX2 kernels instead.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
 $(BIN)/capstan: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 	touch $@
 
 setup: $(BIN)/capstan

@@ -31,7 +31,7 @@ TASK = (
     "then finish with the number of containers the crane lifts per hour."
 )
 
-LOCAL_TASK = "Read the file notes.txt, then call finish with the number of containers per hour."
+LOCAL_TASK = "Read notes.txt and tell me how many containers the crane lifts per hour."
 LOCAL_SYSTEM = (
     "You are an agent that uses tools. Call read_file to read a file. "
     "When you know the answer, call finish with the answer."
@@ -69,7 +69,8 @@ def _model_env(settings: Settings) -> Iterator[dict[str, str]]:
         print(
             "No CAPSTAN_MODEL set: using the bundled offline model SmolLM2-135M "
             "(profile local:smollm2). Set CAPSTAN_MODEL for OpenAI, Anthropic, Ollama, vLLM "
-            "or llama.cpp.\n",
+            "or llama.cpp.\nSmolLM2-135M is tiny: watch the durable loop, its guards and nudges "
+            "work; do not expect a good answer from it.\n",
             flush=True,
         )
         with local_model.local_model_env(env, settings.data_dir) as served:

@@ -78,7 +78,7 @@ def structured_call(text: str, names: set[str], step: int) -> WireToolCall | Non
     if stripped.startswith("```"):
         stripped = stripped.strip("`").removeprefix("json").strip()
     try:
-        value = json.loads(stripped)
+        value = json.loads(stripped, strict=False)  # small models put raw newlines in strings
     except json.JSONDecodeError:
         return None
     if not isinstance(value, dict) or value.get("name") not in names:

@@ -28,7 +28,7 @@ import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from capstan.blobstore import ContentStore
-from capstan.tooling import ToolSpec
+from capstan.tooling import FINISH_TOOL, ToolSpec
 
 __all__ = ["Tool", "ToolContext", "ToolFunction", "ToolRegistry", "tool"]
 
@@ -172,8 +172,8 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def specs(self, allowed: Iterable[str] | None = None) -> list[ToolSpec]:
-        """Specs in a stable order; `allowed` filters (loop-handled specs are always offered)."""
-        wanted = None if allowed is None else set(allowed)
-        specs = list(self._extra_specs.values())
+        """Specs in a stable order; `allowed` filters everything but `finish`, always offered."""
+        wanted = None if allowed is None else {*allowed, FINISH_TOOL}
+        specs = [s for s in self._extra_specs.values() if wanted is None or s.name in wanted]
         specs += [t.spec() for t in self._tools.values() if wanted is None or t.name in wanted]
         return specs

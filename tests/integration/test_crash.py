@@ -33,10 +33,14 @@ TOOLS = ("append_line", "shout", "list_dir")
 TUNING = ActivityTuning(model_heartbeat=2.0, tool_heartbeat=2.0, model_initial_retry=0.2)
 
 
-def start_worker(settings: Settings, fake: FakeProvider) -> subprocess.Popen[bytes]:
+def start_worker(
+    settings: Settings, fake: FakeProvider | None, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A worker process on the test's task queue; its model is the fake, or `extra_env`'s."""
     env = {
         **os.environ,
-        **model_env(fake),
+        **(model_env(fake) if fake is not None else {}),
+        **(extra_env or {}),
         "TEMPORAL_ADDRESS": settings.address,
         "CAPSTAN_TASK_QUEUE": settings.task_queue,
         "CAPSTAN_DATA_DIR": str(settings.data_dir),
