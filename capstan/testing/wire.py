@@ -25,15 +25,12 @@ class Turn:
     input_tokens: int = 0
 
 
+def _fields(t: Turn) -> tuple[int, str, str, list[Call], str, str | None]:
+    return t.step, t.model, t.content, t.calls, t.reasoning, t.stop
+
+
 def openai_completion(t: Turn) -> dict[str, Any]:
-    step, model, content, calls, reasoning, stop = (
-        t.step,
-        t.model,
-        t.content,
-        t.calls,
-        t.reasoning,
-        t.stop,
-    )
+    step, model, content, calls, reasoning, stop = _fields(t)
     input_tokens = t.input_tokens
     wire_calls = [
         {
@@ -60,14 +57,7 @@ def openai_completion(t: Turn) -> dict[str, Any]:
 
 def openai_chunks(t: Turn) -> list[str]:
     """`data:` payloads of a streamed completion, ending with `[DONE]`."""
-    step, model, content, calls, reasoning, stop = (
-        t.step,
-        t.model,
-        t.content,
-        t.calls,
-        t.reasoning,
-        t.stop,
-    )
+    step, model, content, calls, reasoning, stop = _fields(t)
     input_tokens = t.input_tokens
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
@@ -124,14 +114,7 @@ def _anthropic_blocks(
 
 
 def anthropic_message(t: Turn) -> dict[str, Any]:
-    step, model, content, calls, reasoning, stop = (
-        t.step,
-        t.model,
-        t.content,
-        t.calls,
-        t.reasoning,
-        t.stop,
-    )
+    step, model, content, calls, reasoning, stop = _fields(t)
     input_tokens = t.input_tokens
     return {
         "id": f"msg_{step}",

@@ -3,13 +3,33 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from temporalio.service import RPCError
 
 from capstan.client import CapstanClient
 from capstan.spec import RunStatus
 from capstan.steering import PendingView
+
+T = TypeVar("T")
+
+
+async def wait_for(
+    query: Callable[[], Awaitable[T]], ready: Callable[[T], bool], timeout: float = 30.0
+) -> T:
+    """Poll `query` until `ready`; a query that finds no worker yet is simply retried."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    last: T | None = None
+    while asyncio.get_running_loop().time() <= deadline:
+        try:
+            last = await query()
+        except RPCError:
+            last = None  # no worker polling yet
+        if last is not None and ready(last):
+            return last
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"never reached the awaited state; last seen: {last}")
 
 
 async def wait_pending(
@@ -18,30 +38,10 @@ async def wait_pending(
     ready: Callable[[PendingView], bool] = lambda p: bool(p.approvals),
     timeout: float = 30.0,
 ) -> PendingView:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            view: PendingView | None = await client.pending(run_id)
-        except RPCError:
-            view = None  # no worker polling yet
-        if view is not None and ready(view):
-            return view
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{run_id} never reached the awaited state: {view}")
-        await asyncio.sleep(0.1)
+    return await wait_for(lambda: client.pending(run_id), ready, timeout)
 
 
 async def wait_status(
     client: CapstanClient, run_id: str, ready: Callable[[RunStatus], bool], timeout: float = 30.0
 ) -> RunStatus:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            status: RunStatus | None = await client.status(run_id)
-        except RPCError:
-            status = None  # no worker polling yet
-        if status is not None and ready(status):
-            return status
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{run_id} never reached the awaited status: {status}")
-        await asyncio.sleep(0.1)
+    return await wait_for(lambda: client.status(run_id), ready, timeout)
