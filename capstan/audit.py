@@ -167,6 +167,15 @@ def _record(b: _Builder, e: Entry) -> dict[str, Any]:
             "continued": bool(e.data and e.data.carried),
             "client": e.identity,
         }
+    elif e.kind == "requests_opened" and e.data is not None:
+        rec = {
+            "kind": "requests_opened",
+            "approvals": [
+                {**a.model_dump(mode="json"), "arguments": b.text(a.arguments)}
+                for a in e.data.approvals
+            ],
+            "questions": [q.model_dump(mode="json") for q in e.data.questions],
+        }
     elif e.kind == "run_ended" and e.data is not None:
         r = e.data
         rec = {

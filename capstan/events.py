@@ -132,6 +132,24 @@ def _activity_events(i: int, e: Entry) -> list[Placed]:
     return out
 
 
+def _request_events(i: int, e: Entry, seen: set[str]) -> list[Placed]:
+    """Each approval request and question once, when it is first announced."""
+    t = e.time.isoformat()
+    out: list[Placed] = []
+    for n, r in enumerate([*e.data.approvals, *e.data.questions]):
+        if r.request_id in seen:
+            continue
+        seen.add(r.request_id)
+        is_question = not hasattr(r, "args_hash")
+        summary = r.question if is_question else f"{r.tool} {r.request_id} ({r.reason})"
+        kind = "question_asked" if is_question else "approval_requested"
+        event = RunEvent(
+            kind=kind, time=t, step=r.step, summary=summary, data=r.model_dump(mode="json")
+        )
+        out.append((i, e.event_id, n, event))
+    return out
+
+
 def _other_events(i: int, e: Entry) -> list[Placed]:
     t = e.time.isoformat()
     if e.kind == "run_started" and i == 0:
@@ -178,8 +196,14 @@ def _other_events(i: int, e: Entry) -> list[Placed]:
 def derive_events(runs: list[list[Entry]]) -> list[RunEvent]:
     """Every event of the run so far, numbered from 0."""
     placed: list[Placed] = []
+    announced: set[str] = set()
     for i, entries in enumerate(runs):
         for e in entries:
-            placed += _activity_events(i, e) if e.kind == "activity" else _other_events(i, e)
+            if e.kind == "activity":
+                placed += _activity_events(i, e)
+            elif e.kind == "requests_opened" and e.data is not None:
+                placed += _request_events(i, e, announced)
+            else:
+                placed += _other_events(i, e)
     placed.sort(key=lambda p: (p[0], p[1], p[2]))
     return [p[3].model_copy(update={"seq": n}) for n, p in enumerate(placed)]

@@ -38,7 +38,7 @@ from capstan.steering import (
     StepGrant,
 )
 from capstan.tooling import ToolCatalog, ToolOutcome
-from capstan.workflow_io import AgentInput
+from capstan.workflow_io import REQUESTS_MEMO, AgentInput, OpenRequests
 
 __all__ = ["Entry", "decode_history", "load_histories"]
 
@@ -226,6 +226,14 @@ def _continued(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | No
     )
 
 
+def _memo(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | None:
+    fields = event.workflow_properties_modified_event_attributes.upserted_memo.fields
+    if REQUESTS_MEMO not in fields:
+        return None
+    data = _decode([fields[REQUESTS_MEMO]], OpenRequests)
+    return Entry("requests_opened", run_id, event.event_id, _time(event), data=data)
+
+
 def _ended_badly(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | None:
     name = EventType.Name(event.event_type)
     return Entry("run_ended", run_id, event.event_id, _time(event), error=name)
@@ -245,6 +253,7 @@ _HANDLERS = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED: _cancel_requested,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: _completed,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW: _continued,
+    EventType.EVENT_TYPE_WORKFLOW_PROPERTIES_MODIFIED: _memo,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: _ended_badly,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: _ended_badly,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: _ended_badly,

@@ -12,16 +12,19 @@ from capstan.content import BlobRef
 from capstan.messages import Message, ToolCall
 from capstan.spec import RunSpec
 from capstan.state import RunState
-from capstan.steering import ApprovalRecord, CancelRequest
+from capstan.steering import ApprovalRecord, ApprovalRequest, CancelRequest, Question
 
 __all__ = [
+    "ANNOUNCE_PATCH",
     "CANCEL_IN_FLIGHT_PATCH",
     "CONTEXT_PATCH",
     "GUARDS_PATCH",
+    "REQUESTS_MEMO",
     "TOOL_POLICY_PATCH",
     "WORKFLOW_NAME",
     "AgentInput",
     "CancelRequest",
+    "OpenRequests",
     "TranscriptView",
 ]
 
@@ -39,6 +42,11 @@ CANCEL_IN_FLIGHT_PATCH = "cancel-in-flight-v1"
 #: context window is managed (compaction, fallback models). Older runs did neither.
 CONTEXT_PATCH = "context-v1"
 
+#: `workflow.patched` id: open approval requests and questions are announced in the memo
+#: (memo key `REQUESTS_MEMO`), which puts them in history for audits and the event stream.
+ANNOUNCE_PATCH = "announce-requests-v1"
+REQUESTS_MEMO = "capstan_open_requests"
+
 #: `workflow.patched` id: turn-quality nudges, circuit breakers, finish guards and budgets.
 GUARDS_PATCH = "guards-v1"
 
@@ -48,6 +56,13 @@ class AgentInput(BaseModel):
 
     spec: RunSpec
     carried: RunState | None = None
+
+
+class OpenRequests(BaseModel):
+    """The memo entry announcing what a run waits for (approvals and questions)."""
+
+    approvals: list[ApprovalRequest] = []
+    questions: list[Question] = []
 
 
 class TranscriptView(BaseModel):

@@ -65,12 +65,15 @@ with workflow.unsafe.imports_passed_through():
     )
     from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome
     from capstan.workflow_io import (
+        ANNOUNCE_PATCH,
         CANCEL_IN_FLIGHT_PATCH,
         CONTEXT_PATCH,
         GUARDS_PATCH,
+        REQUESTS_MEMO,
         TOOL_POLICY_PATCH,
         WORKFLOW_NAME,
         AgentInput,
+        OpenRequests,
         TranscriptView,
     )
 
@@ -101,6 +104,7 @@ class AgentWorkflow:
             guarded=False,
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
+        self._announced: set[str] = set()  # request ids already put in the memo
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
@@ -125,6 +129,7 @@ class AgentWorkflow:
                     carried = loop.carry_over(self.state)
                     workflow.continue_as_new(AgentInput(spec=start.spec, carried=carried))
                 if isinstance(effect, AwaitInput):
+                    self._announce_requests()
                     self._gauge_waiting()
                     await self._await_input(effect)
                     self._gauge_waiting()
@@ -270,6 +275,20 @@ class AgentWorkflow:
         """Runs by terminal reason (the workflow metric meter is silent during replay)."""
         counter = workflow.metric_meter().create_counter("capstan_runs_ended", "runs")
         counter.add(1, {"terminal_reason": result.terminal_reason.value})
+
+    def _announce_requests(self) -> None:
+        """Put newly opened approval requests and questions into history (via the memo), so an
+        audit and the event stream show what was asked, of whom, with which hash and expiry."""
+        opened = [r.request_id for r in self.state.approvals]
+        opened += [q.request_id for q in self.state.questions]
+        new = [rid for rid in opened if rid not in self._announced]
+        if not new or not workflow.patched(ANNOUNCE_PATCH):
+            return
+        self._announced.update(new)
+        requests = OpenRequests(
+            approvals=list(self.state.approvals), questions=list(self.state.questions)
+        )
+        workflow.upsert_memo({REQUESTS_MEMO: requests})
 
     def _gauge_waiting(self) -> None:
         gauge = workflow.metric_meter().create_gauge("capstan_approvals_waiting", "requests")

@@ -27,7 +27,7 @@ from capstan.history import decode_history, load_histories
 from capstan.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
 from capstan.transcript import build_transcript
-from tests.integration.helpers import running_worker
+from tests.integration.helpers import record_history, running_worker
 from tests.integration.steer_helpers import wait_pending
 
 pytestmark = pytest.mark.server
@@ -52,6 +52,7 @@ async def audited_run(temporal, settings: Settings):
             await client.decide(run_id, "approve", reason="looks fine")
             result = await client.result(run_id)
             view = await client.transcript_view(run_id)
+            await record_history(client.handle(run_id), "approval_announced")
     histories = await load_histories(temporal, run_id)
     return client, run_id, result, view, histories
 
@@ -80,6 +81,13 @@ async def test_audit_matches_the_transcript_and_verifies(temporal, settings) -> 
     assert json.loads(big["arguments"])["content"] == "x" * 5000  # resolved from the blob store
     (decision,) = [r for r in records if r["kind"] == "decision"]
     assert decision["identity"] == "tester@ci" and decision["action"] == "approve"
+    (opened,) = [r for r in records if r["kind"] == "requests_opened"]
+    (asked,) = opened["approvals"]
+    assert asked["request_id"] == decision["request_id"] and asked["tool"] == "write_file"
+    assert asked["args_hash"] == decision["args_hash"]  # what the reviewer was shown
+    assert json.loads(asked["arguments"])["content"] == "x" * 5000
+    kinds = [e.kind for e in derive_events([decode_history(h) for h in histories])]
+    assert kinds.index("approval_requested") < kinds.index("approval_decided")
     assert decision["reason"] == "looks fine" and len(decision["args_hash"]) == 64
     (message,) = [r for r in records if r["kind"] == "send_message"]
     assert message["text"] == "careful with that file"
