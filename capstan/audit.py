@@ -167,9 +167,9 @@ def _record(b: _Builder, e: Entry) -> dict[str, Any]:
             "continued": bool(e.data and e.data.carried),
             "client": e.identity,
         }
-    elif e.kind == "requests_opened" and e.data is not None:
+    elif e.kind == "open_requests" and e.data is not None:
         rec = {
-            "kind": "requests_opened",
+            "kind": "open_requests",
             "approvals": [
                 {**a.model_dump(mode="json"), "arguments": b.text(a.arguments)}
                 for a in e.data.approvals

@@ -24,10 +24,10 @@ def _title(rec: dict[str, Any]) -> str:
         return f"step {rec.get('step')}: {rec.get('tool')} ({rec.get('outcome', 'failed')})"
     if kind == "decision":
         return f"decision: {rec.get('action')} {rec.get('request_id')} by {rec.get('identity')}"
-    if kind == "requests_opened":
+    if kind == "open_requests":
         ids = [a.get("request_id") for a in rec.get("approvals", [])]
         ids += [q.get("request_id") for q in rec.get("questions", [])]
-        return f"waiting for a human: {', '.join(str(i) for i in ids)}"
+        return f"open requests: {', '.join(str(i) for i in ids) or 'none'}"
     if kind == "run_ended":
         return f"run ended: {rec.get('terminal_reason')}"
     return kind.replace("_", " ")

@@ -13,6 +13,7 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Literal
@@ -24,6 +25,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
 
 from capstan.blobstore import ContentStore, LocalBlobStore
 from capstan.config import Settings
@@ -41,7 +43,13 @@ from capstan.steering import (
     ResumeRequest,
     StepGrant,
 )
-from capstan.workflow_io import WORKFLOW_NAME, AgentInput, TranscriptView
+from capstan.workflow_io import (
+    REQUESTS_MEMO,
+    WORKFLOW_NAME,
+    AgentInput,
+    OpenRequests,
+    TranscriptView,
+)
 
 __all__ = ["CapstanClient", "RejectedError", "RunSummary", "SteeringError", "connect_temporal"]
 
@@ -163,10 +171,25 @@ class CapstanClient:
             raise RejectedError(getattr(cause, "message", None) or str(cause or exc)) from None
         return ack
 
-    async def pending(self, run_id: str) -> PendingView:
-        """Open approval requests and questions (needs a worker to answer the query)."""
-        view: PendingView = await self.handle(run_id).query("pending", result_type=PendingView)
-        return view
+    async def pending(self, run_id: str, query_timeout: float = 5.0) -> PendingView:
+        """Open approval requests and questions.
+
+        Asks the run (a query, which needs a worker); with no worker answering, reads the
+        requests the run announced in its memo, so a reviewer can still see and decide them.
+        """
+        try:
+            view: PendingView = await asyncio.wait_for(
+                self.handle(run_id).query("pending", result_type=PendingView), query_timeout
+            )
+            return view
+        except (RPCError, TimeoutError):
+            desc = await self.handle(run_id).describe()
+            memo = await desc.memo()
+            raw = memo.get(REQUESTS_MEMO)
+            opened = OpenRequests.model_validate(raw) if raw else OpenRequests()
+            return PendingView(
+                run_id=run_id, approvals=opened.approvals, questions=opened.questions
+            )
 
     async def decide(
         self,

@@ -201,7 +201,7 @@ def derive_events(runs: list[list[Entry]]) -> list[RunEvent]:
         for e in entries:
             if e.kind == "activity":
                 placed += _activity_events(i, e)
-            elif e.kind == "requests_opened" and e.data is not None:
+            elif e.kind == "open_requests" and e.data is not None:
                 placed += _request_events(i, e, announced)
             else:
                 placed += _other_events(i, e)

@@ -231,7 +231,7 @@ def _memo(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | None:
     if REQUESTS_MEMO not in fields:
         return None
     data = _decode([fields[REQUESTS_MEMO]], OpenRequests)
-    return Entry("requests_opened", run_id, event.event_id, _time(event), data=data)
+    return Entry("open_requests", run_id, event.event_id, _time(event), data=data)
 
 
 def _ended_badly(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | None:

@@ -104,7 +104,7 @@ class AgentWorkflow:
             guarded=False,
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
-        self._announced: set[str] = set()  # request ids already put in the memo
+        self._announced: list[str] = []  # the request ids the memo lists now
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
@@ -128,8 +128,8 @@ class AgentWorkflow:
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     carried = loop.carry_over(self.state)
                     workflow.continue_as_new(AgentInput(spec=start.spec, carried=carried))
+                self._announce_requests()
                 if isinstance(effect, AwaitInput):
-                    self._announce_requests()
                     self._gauge_waiting()
                     await self._await_input(effect)
                     self._gauge_waiting()
@@ -277,14 +277,13 @@ class AgentWorkflow:
         counter.add(1, {"terminal_reason": result.terminal_reason.value})
 
     def _announce_requests(self) -> None:
-        """Put newly opened approval requests and questions into history (via the memo), so an
-        audit and the event stream show what was asked, of whom, with which hash and expiry."""
+        """Keep the open approval requests and questions in the memo: that puts them in history
+        (for audits and the event stream) and lets clients see them with no worker running."""
         opened = [r.request_id for r in self.state.approvals]
         opened += [q.request_id for q in self.state.questions]
-        new = [rid for rid in opened if rid not in self._announced]
-        if not new or not workflow.patched(ANNOUNCE_PATCH):
+        if opened == self._announced or not workflow.patched(ANNOUNCE_PATCH):
             return
-        self._announced.update(new)
+        self._announced = opened
         requests = OpenRequests(
             approvals=list(self.state.approvals), questions=list(self.state.questions)
         )

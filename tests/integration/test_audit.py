@@ -81,7 +81,8 @@ async def test_audit_matches_the_transcript_and_verifies(temporal, settings) -> 
     assert json.loads(big["arguments"])["content"] == "x" * 5000  # resolved from the blob store
     (decision,) = [r for r in records if r["kind"] == "decision"]
     assert decision["identity"] == "tester@ci" and decision["action"] == "approve"
-    (opened,) = [r for r in records if r["kind"] == "requests_opened"]
+    opened, closed = [r for r in records if r["kind"] == "open_requests"]
+    assert closed["approvals"] == []  # the memo follows the decision
     (asked,) = opened["approvals"]
     assert asked["request_id"] == decision["request_id"] and asked["tool"] == "write_file"
     assert asked["args_hash"] == decision["args_hash"]  # what the reviewer was shown
