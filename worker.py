@@ -27,7 +27,7 @@ from temporalio.worker import Worker
 from activities.compaction import CompactionActivities
 from activities.model import ModelActivities
 from activities.tokens import count_tokens
-from activities.tool_runner import ToolActivities
+from activities.tool_runner import FinishGuard, ToolActivities
 from activities.tools.builtins import BUILTIN_TOOLS, LOOP_TOOL_SPECS
 from activities.tools.registry import ToolRegistry
 from capstan.blobstore import ContentStore, LocalBlobStore
@@ -42,6 +42,7 @@ from workflows.agent import AgentWorkflow
 __all__ = [
     "build_registry",
     "build_worker",
+    "load_finish_guard",
     "load_policy",
     "main",
     "run_worker",
@@ -93,7 +94,8 @@ def build_worker(
         content,
         settings.workspace_dir,
         load_policy(settings.policy_file),
-        telemetry,
+        telemetry=telemetry,
+        finish_guard=load_finish_guard(settings.finish_guard),
     )
     options: dict[str, object] = {
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
@@ -114,9 +116,20 @@ def build_worker(
             compaction.compact_context,
             tools.list_tools,
             tools.run_tool,
+            tools.check_finish,
         ],
         **options,  # type: ignore[arg-type]
     )
+
+
+def load_finish_guard(spec: str | None) -> FinishGuard | None:
+    """`CAPSTAN_FINISH_GUARD=pkg.module:function`, an async function
+    `(answer, run_id, step) -> reason | None` that may refuse a run's first finish."""
+    if not spec:
+        return None
+    module_name, _, attr = spec.partition(":")
+    guard: FinishGuard = getattr(importlib.import_module(module_name), attr or "finish_guard")
+    return guard
 
 
 def load_policy(path: Path | None) -> dict[str, ToolRule]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -18,13 +18,16 @@ from temporalio import activity
 
 from activities.heartbeat import with_heartbeat
 from activities.tools.registry import ToolContext, ToolRegistry
-from capstan.activity_io import ListToolsInput, RunToolInput
+from capstan.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.blobstore import ContentStore
 from capstan.spec import ToolRule
 from capstan.telemetry import Instruments
 from capstan.tooling import ToolCatalog, ToolFailed, ToolInfo, ToolOutcome, ToolSpec, ToolSucceeded
 
-__all__ = ["ToolActivities"]
+__all__ = ["FinishGuard", "ToolActivities"]
+
+#: `async def guard(answer, run_id, step) -> str | None`: a reason refuses the first finish.
+FinishGuard = Callable[[str, str, int], Awaitable[str | None]]
 
 
 class ToolActivities:
@@ -34,9 +37,12 @@ class ToolActivities:
         content: ContentStore,
         workspace: Path,
         policy: Mapping[str, ToolRule] | None = None,
+        *,
         telemetry: Instruments | None = None,
+        finish_guard: FinishGuard | None = None,
     ) -> None:
         self.telemetry = telemetry or Instruments()
+        self.finish_guard = finish_guard
         self.registry = registry
         self.content = content
         self.workspace = workspace
@@ -51,8 +57,21 @@ class ToolActivities:
         timeouts = {s.name: s.timeout_seconds for s in specs if s.timeout_seconds}
         infos = {s.name: self._info(s) for s in specs}
         return ToolCatalog(
-            names=tuple(s.name for s in specs), timeouts=timeouts, specs_ref=ref, tools=infos
+            names=tuple(s.name for s in specs),
+            timeouts=timeouts,
+            specs_ref=ref,
+            tools=infos,
+            finish_hook=self.finish_guard is not None,
         )
+
+    @activity.defn(name="check_finish")
+    async def check_finish(self, request: CheckFinishInput) -> FinishVerdict:
+        """Ask the worker's finish guard (`CAPSTAN_FINISH_GUARD`) about a run's answer."""
+        if self.finish_guard is None:
+            return FinishVerdict()
+        answer = await asyncio.to_thread(self.content.resolve, request.answer)
+        refusal = await self.finish_guard(answer, request.run_id, request.step)
+        return FinishVerdict(refusal=refusal or None)
 
     def _info(self, spec: ToolSpec) -> ToolInfo:
         rule = self.policy.get(spec.name, ToolRule())

@@ -15,10 +15,12 @@ from capstan.messages import Message, Usage
 
 __all__ = [
     "CallModelInput",
+    "CheckFinishInput",
     "CompactInput",
     "CompactResult",
     "CompactionStrategy",
     "DescribeModelInput",
+    "FinishVerdict",
     "ListToolsInput",
     "ModelReply",
     "RunToolInput",
@@ -116,3 +118,19 @@ class CompactResult(BaseModel):
     pruned: int = 0
     summarized: int = 0
     nudge: str | None = None
+
+
+class CheckFinishInput(BaseModel):
+    """A `finish` for the worker's finish guard hook to accept or refuse."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    step: int
+    answer: Text
+
+
+class FinishVerdict(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    refusal: str | None = None

@@ -28,6 +28,7 @@ class Settings(BaseModel):
     embedded_port: int = DEFAULT_PORT
     policy_file: Path | None = None
     identity: str = ""
+    finish_guard: str | None = None
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -43,6 +44,7 @@ class Settings(BaseModel):
             embedded_port=int(env.get("CAPSTAN_TEMPORAL_PORT", DEFAULT_PORT)),
             policy_file=Path(env["CAPSTAN_POLICY"]) if env.get("CAPSTAN_POLICY") else None,
             identity=env.get("CAPSTAN_IDENTITY") or _default_identity(),
+            finish_guard=env.get("CAPSTAN_FINISH_GUARD") or None,
         )
 
     @property

@@ -13,9 +13,11 @@ from pydantic import BaseModel, ConfigDict
 
 from capstan.activity_io import (
     CallModelInput,
+    CheckFinishInput,
     CompactInput,
     CompactResult,
     DescribeModelInput,
+    FinishVerdict,
     ListToolsInput,
     ModelReply,
     RunToolInput,
@@ -30,6 +32,7 @@ __all__ = [
     "Boundary",
     "CallModel",
     "CancelRequested",
+    "CheckFinish",
     "CompactContext",
     "CompactionFailed",
     "ContextCompacted",
@@ -37,6 +40,7 @@ __all__ = [
     "DescribeModel",
     "Effect",
     "Finish",
+    "FinishChecked",
     "LoadTools",
     "ModelDescribed",
     "ModelFailed",
@@ -69,6 +73,13 @@ class DescribeModel(_Frozen):
 class CompactContext(_Frozen):
     kind: Literal["compact_context"] = "compact_context"
     request: CompactInput
+
+
+class CheckFinish(_Frozen):
+    """Ask the worker's finish guard hook whether this `finish` may end the run."""
+
+    kind: Literal["check_finish"] = "check_finish"
+    request: CheckFinishInput
 
 
 class CallModel(_Frozen):
@@ -106,6 +117,7 @@ Effect = (
     LoadTools
     | DescribeModel
     | CompactContext
+    | CheckFinish
     | CallModel
     | RunTools
     | AwaitInput
@@ -130,6 +142,11 @@ class ModelDescribed(_Frozen):
 class ContextCompacted(_Frozen):
     kind: Literal["context_compacted"] = "context_compacted"
     result: CompactResult
+
+
+class FinishChecked(_Frozen):
+    kind: Literal["finish_checked"] = "finish_checked"
+    verdict: FinishVerdict
 
 
 class CompactionFailed(_Frozen):
@@ -179,6 +196,7 @@ Outcome = (
     | ModelDescribed
     | ContextCompacted
     | CompactionFailed
+    | FinishChecked
     | ModelReplied
     | ModelFailed
     | ToolsFinished

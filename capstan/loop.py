@@ -29,6 +29,7 @@ from typing import assert_never
 from capstan import budgets, context, nudges
 from capstan.activity_io import (
     CallModelInput,
+    CheckFinishInput,
     DescribeModelInput,
     ListToolsInput,
     ModelReply,
@@ -40,6 +41,7 @@ from capstan.effects import (
     Boundary,
     CallModel,
     CancelRequested,
+    CheckFinish,
     CompactContext,
     CompactionFailed,
     ContextCompacted,
@@ -47,6 +49,7 @@ from capstan.effects import (
     DescribeModel,
     Effect,
     Finish,
+    FinishChecked,
     LoadTools,
     ModelDescribed,
     ModelFailed,
@@ -65,7 +68,14 @@ from capstan.policy import rule_of_two_applies
 from capstan.spec import FinishMode, RunResult, RunSpec, RunStatus, TerminalReason
 from capstan.state import RunState
 from capstan.tooling import FINISH_TOOL, ToolFailed, ToolInfo, ToolOutcome, ToolSucceeded
-from capstan.turns import finalize_warning, finish_refusal, guard_reply, guard_results
+from capstan.turns import (
+    finalize_warning,
+    finish_hooked,
+    finish_refusal,
+    guard_reply,
+    guard_results,
+    on_finish_checked,
+)
 
 __all__ = [
     "IllegalTransitionError",
@@ -166,12 +176,9 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
         case ModelDescribed(chain=chain):
             _expect(state, "starting", outcome.kind)
             return state.model_copy(update={"model_chain": chain, "phase": "thinking"})
-        case ContextCompacted(result=result):
+        case FinishChecked() | ContextCompacted() | CompactionFailed():
             _expect(state, "thinking", outcome.kind)
-            return context.on_compacted(state, result)
-        case CompactionFailed(error=error):
-            _expect(state, "thinking", outcome.kind)
-            return context.on_compaction_failed(state, error)
+            return _between_calls(state, outcome)
         case ModelReplied(reply=reply):
             _expect(state, "thinking", outcome.kind)
             return _on_reply(state, reply)
@@ -181,6 +188,21 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
         case ToolsFinished(results=results):
             _expect(state, "acting", outcome.kind)
             return _on_tools_finished(state, results)
+        case _:
+            assert_never(outcome)
+
+
+def _between_calls(
+    state: RunState, outcome: FinishChecked | ContextCompacted | CompactionFailed
+) -> RunState:
+    """Outcomes of the effects a run may take between two model calls."""
+    match outcome:
+        case FinishChecked(verdict=verdict):
+            return on_finish_checked(state, verdict)
+        case ContextCompacted(result=result):
+            return context.on_compacted(state, result)
+        case CompactionFailed(error=error):
+            return context.on_compaction_failed(state, error)
         case _:
             assert_never(outcome)
 
@@ -232,7 +254,12 @@ def _boundary_gate(state: RunState) -> Effect | None:
 
 
 def _thinking(state: RunState, continue_suggested: bool) -> Effect:
-    """Step limit, continue-as-new, compaction, then the model call."""
+    """A finish awaiting its check, step limit, continue-as-new, compaction, the model call."""
+    if state.finish_pending is not None:
+        answer, _ = finish_answer(state.finish_pending)
+        return CheckFinish(
+            request=CheckFinishInput(run_id=state.run_id, step=state.step, answer=answer)
+        )
     if state.awaiting_steps:
         return AwaitInput(waiting_for=("steps",))
     if state.step >= state.step_limit:
@@ -334,6 +361,8 @@ def _on_reply(state: RunState, reply: ModelReply) -> RunState:
             )
             update = {"phase": "acting", "turn_calls": calls, "decided": (refused,)}
             return base.model_copy(update={**update, "finish_refused": True, "nudges": 0})
+        if problem is None and finish_hooked(base):
+            return base.model_copy(update={"finish_pending": calls[0], "nudges": 0})
         if problem is None:
             done = base.model_copy(update={"output": answer, "nudges": 0})
             return _terminate(done, TerminalReason.COMPLETED, None)

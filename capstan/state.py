@@ -81,6 +81,7 @@ class RunState(BaseModel):
     guarded: bool = False
     guard: GuardState = GuardState()
     finish_refused: bool = False
+    finish_pending: ToolCall | None = None  # a finish waiting for the worker's hook
     finalize_warned: bool = False
     started_at: datetime | None = None
     budget_extra: dict[str, float] = {}

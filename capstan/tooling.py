@@ -70,6 +70,8 @@ class ToolCatalog(BaseModel):
     timeouts: dict[str, float] = {}
     specs_ref: BlobRef
     tools: dict[str, ToolInfo] = {}
+    #: the worker has a finish guard hook (`CAPSTAN_FINISH_GUARD`): finishes are checked by it
+    finish_hook: bool = False
 
     def timeout_for(self, name: str, default: float) -> float:
         return self.timeouts.get(name, default)

@@ -8,14 +8,23 @@ calls and their results, which providers reject.
 from __future__ import annotations
 
 from capstan import budgets, nudges
+from capstan.activity_io import FinishVerdict
 from capstan.context import terminate
+from capstan.finish import finish_answer
 from capstan.guards import after_tools, after_turn, turn_problem
 from capstan.messages import Message, ToolCall
 from capstan.spec import TerminalReason
 from capstan.state import RunState
 from capstan.tooling import ToolFailed, ToolOutcome
 
-__all__ = ["finalize_warning", "finish_refusal", "guard_reply", "guard_results"]
+__all__ = [
+    "finalize_warning",
+    "finish_hooked",
+    "finish_refusal",
+    "guard_reply",
+    "guard_results",
+    "on_finish_checked",
+]
 
 
 def _nudge(state: RunState, text: str) -> Message:
@@ -119,3 +128,29 @@ def finalize_warning(state: RunState) -> RunState:
         return state
     note = _nudge(state, nudges.finalize())
     return state.model_copy(update={"pending": (*state.pending, note), "finalize_warned": True})
+
+
+def finish_hooked(state: RunState) -> bool:
+    """A first `finish` goes to the worker's finish guard hook when it has one."""
+    return (
+        state.guarded
+        and state.catalog is not None
+        and state.catalog.finish_hook
+        and not state.finish_refused
+    )
+
+
+def on_finish_checked(state: RunState, verdict: FinishVerdict) -> RunState:
+    call = state.finish_pending
+    assert call is not None
+    cleared = state.model_copy(update={"finish_pending": None})
+    if verdict.refusal is None:
+        answer, _ = finish_answer(call)
+        return terminate(
+            cleared.model_copy(update={"output": answer}), TerminalReason.COMPLETED, None
+        )
+    refused = ToolFailed(
+        call_id=call.id, failure="not_run", error=nudges.finish_refused(verdict.refusal)
+    )
+    update = {"phase": "acting", "turn_calls": (call,), "decided": (refused,)}
+    return cleared.model_copy(update={**update, "finish_refused": True})

@@ -103,3 +103,8 @@ async def sleepy(ctx: ToolContext, seconds: float, marker: str = "sleepy.cancell
 
 
 tools.append(sleepy)
+
+
+async def finish_guard(answer: str, run_id: str, step: int) -> str | None:
+    """A worker finish guard (`CAPSTAN_FINISH_GUARD=tests.sample_tools:finish_guard`)."""
+    return None if "42" in answer else f"step {step}: cite the number from the log"

@@ -23,12 +23,19 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from capstan import inputs, loop
-    from capstan.activity_io import CompactResult, ModelReply, RunToolInput
+    from capstan.activity_io import (
+        CheckFinishInput,
+        CompactResult,
+        FinishVerdict,
+        ModelReply,
+        RunToolInput,
+    )
     from capstan.effects import (
         AwaitInput,
         Boundary,
         CallModel,
         CancelRequested,
+        CheckFinish,
         CompactContext,
         CompactionFailed,
         ContextCompacted,
@@ -36,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         DescribeModel,
         Effect,
         Finish,
+        FinishChecked,
         LoadTools,
         ModelDescribed,
         ModelFailed,
@@ -375,6 +383,8 @@ class AgentWorkflow:
                 return ModelDescribed(chain=chain)
             case CompactContext():
                 return await self._compact(effect)
+            case CheckFinish(request=request):
+                return await self._check_finish(request)
             case CallModel():
                 return await self._call_model(effect)
             case RunTools():
@@ -393,6 +403,20 @@ class AgentWorkflow:
                 non_retryable_error_types=MODEL_NON_RETRYABLE,
             ),
         }
+
+    async def _check_finish(self, request: CheckFinishInput) -> Outcome:
+        try:
+            verdict = await workflow.execute_activity(
+                "check_finish",
+                request,
+                result_type=FinishVerdict,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError as exc:
+            _reraise_cancellation(exc)
+            verdict = FinishVerdict(refusal=f"the finish guard failed: {_describe(exc)[1]}")
+        return FinishChecked(verdict=verdict)
 
     async def _compact(self, effect: CompactContext) -> Outcome:
         try:

@@ -115,3 +115,15 @@ async def test_circuit_breaker_ends_a_looping_run(temporal, settings) -> None:
     assert (result.error or "").startswith("identical_call")
     nudged = [m for m in fake.requests[3]["messages"] if m["role"] == "user"][-1]
     assert "same call with the same arguments" in nudged["content"]
+
+
+async def test_worker_finish_guard_refuses_once(temporal, settings) -> None:
+    settings = settings.model_copy(update={"finish_guard": "tests.sample_tools:finish_guard"})
+    script = [say(call("finish", answer="dunno")), say(call("finish", answer="about 42"))]
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            client = CapstanClient(temporal, settings)
+            result = await client.result(await client.start_run(RunSpec(task="guess", tuning=FAST)))
+    assert result.terminal_reason is TerminalReason.COMPLETED and result.output == "about 42"
+    refusal = [m for m in fake.requests[1]["messages"] if m["role"] == "tool"][-1]
+    assert "step 1: cite the number from the log" in refusal["content"]

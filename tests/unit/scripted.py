@@ -9,17 +9,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from capstan import loop
-from capstan.activity_io import CompactResult, ModelReply
+from capstan.activity_io import CompactResult, FinishVerdict, ModelReply
 from capstan.content import BlobRef
 from capstan.effects import (
     AwaitInput,
     Boundary,
     CallModel,
+    CheckFinish,
     CompactContext,
     ContextCompacted,
     ContinueAsNew,
     DescribeModel,
     Finish,
+    FinishChecked,
     LoadTools,
     ModelDescribed,
     ModelFailed,
@@ -114,6 +116,9 @@ class Driver:
     compactions: list[CompactContext] = field(default_factory=list)
     #: tokens a compaction leaves, given the strategy and the tokens before
     compactor: Callable[[str, int], int] = lambda strategy, before: before // 3
+    #: the worker's finish guard: answer -> refusal reason (None accepts)
+    finish_guard: Callable[[str], str | None] | None = None
+    checked: list[str] = field(default_factory=list)
 
     def run(self, spec: RunSpec, state: RunState | None = None) -> tuple[RunResult, RunState]:
         state = state or loop.initial_state(spec, "run-1")
@@ -141,9 +146,16 @@ class Driver:
     def _perform(self, effect: object, state: RunState) -> Outcome:
         match effect:
             case LoadTools():
-                return ToolsLoaded(catalog=self.catalog)
+                hooked = self.finish_guard is not None
+                return ToolsLoaded(catalog=self.catalog.model_copy(update={"finish_hook": hooked}))
             case DescribeModel():
                 return ModelDescribed(chain=self.models)
+            case CheckFinish(request=request):
+                assert self.finish_guard is not None
+                self.checked.append(str(request.answer))
+                return FinishChecked(
+                    verdict=FinishVerdict(refusal=self.finish_guard(str(request.answer)))
+                )
             case CompactContext(request=request):
                 self.compactions.append(effect)
                 before = state.context_tokens

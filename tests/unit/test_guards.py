@@ -238,3 +238,25 @@ def test_calls_beyond_the_tool_call_budget_are_not_run() -> None:
     assert [c.call_id for c in d.tool_inputs[0].calls] == ["c0", "c1"]
     assert result.terminal_reason is TerminalReason.BUDGET_EXHAUSTED
     assert result.usage.tool_calls == 2
+
+
+def test_worker_finish_hook_refuses_once_then_accepts() -> None:
+    guard = lambda answer: None if "42" in answer else "the answer must cite the log"  # noqa: E731
+    d = Driver(
+        [
+            reply("", call("finish", answer="no idea")),
+            reply("", call("finish", answer="still no idea")),
+        ],
+        finish_guard=guard,
+    )
+    result, _ = d.run(SPEC)
+    assert d.checked == ["no idea"]  # asked once; the second finish is accepted as is
+    assert result.terminal_reason is TerminalReason.COMPLETED and result.output == "still no idea"
+    obs = d.model_inputs[1].request.new_messages[0]
+    assert "the answer must cite the log" in str(obs.content)
+
+
+def test_worker_finish_hook_accepts_a_good_answer_at_once() -> None:
+    d = Driver([reply("", call("finish", answer="42 an hour"))], finish_guard=lambda a: None)
+    result, _ = d.run(SPEC)
+    assert result.output == "42 an hour" and d.checked == ["42 an hour"]
