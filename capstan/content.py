@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["INLINE_LIMIT_BYTES", "BlobRef", "Text", "preview_of", "text_size"]
+__all__ = ["INLINE_LIMIT_BYTES", "BlobRef", "Text", "preview_of"]
 
 #: Content above this many UTF-8 bytes is stored as a blob and referenced.
 INLINE_LIMIT_BYTES = 2048
@@ -42,8 +42,3 @@ def preview_of(text: str, limit: int = PREVIEW_CHARS) -> str:
     """A short one-line preview used in refs, status output and transcripts."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
-def text_size(text: Text) -> int:
-    """Size in bytes of the content, whether inline or referenced."""
-    return text.size if isinstance(text, BlobRef) else len(text.encode("utf-8"))

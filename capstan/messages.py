@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from capstan.content import BlobRef, Text
+from capstan.content import Text
 
 __all__ = ["Message", "Role", "ToolCall", "Usage"]
 
@@ -72,8 +72,3 @@ class Usage(BaseModel):
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             cost_usd=round(self.cost_usd + other.cost_usd, 6),
         )
-
-
-def is_ref(text: Text | None) -> bool:
-    """True when the content lives in the blob store."""
-    return isinstance(text, BlobRef)

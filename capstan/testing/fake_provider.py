@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -245,8 +245,3 @@ class _Answer:
     hold: float = 0.0
     events: list[tuple[str | None, str]] | None = None
     chunk_delay: float = 0.0
-
-
-def iter_tool_messages(body: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The tool messages of a recorded request (a test helper)."""
-    return (m for m in body.get("messages", []) if m.get("role") == "tool")
