@@ -113,6 +113,7 @@ class AgentWorkflow:
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
         self._announced: list[str] = []  # the request ids the memo lists now
+        self._bug: _LoopBugError | None = None  # a loop error met inside a signal handler
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
@@ -127,6 +128,8 @@ class AgentWorkflow:
     async def _main(self, start: AgentInput) -> RunResult:
         try:
             while True:
+                if self._bug is not None:
+                    raise self._bug
                 self._fold(Boundary(now=workflow.now()))
                 effect = self._decide()
                 if isinstance(effect, Finish):
@@ -275,7 +278,12 @@ class AgentWorkflow:
     def _steer(self, item: SteeringInput) -> Ack:
         if inputs.is_duplicate(self.state, item):
             return Ack(applied=False, detail=f"duplicate id {item.id!r}: already applied")
-        self._fold(Steered(input=item))
+        try:
+            self._fold(Steered(input=item))
+        except _LoopBugError as bug:
+            # a raising handler would fail its workflow task again and again: the run ends
+            # `failed` at its next step instead
+            self._bug = bug
         self._inputs += 1
         return Ack(applied=True)
 
