@@ -13,6 +13,8 @@ import os
 import signal
 import sys
 
+from temporalio.client import WorkflowHistory
+
 from capstan.cli_audit import register_audit
 from capstan.cli_steering import register_steering
 from capstan.cli_support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
@@ -111,8 +113,9 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
     next_seq = args.start
     live: dict[tuple[int, int], int] = {}
+    closed: dict[str, WorkflowHistory] = {}
     while True:
-        histories = await load_histories(client.client, args.run_id)
+        histories = await load_histories(client.client, args.run_id, closed)
         if not histories:
             raise CliError(f"no run {args.run_id!r}")
         for event in derive_events([decode_history(h) for h in histories])[next_seq:]:

@@ -266,11 +266,22 @@ def _entry(event: HistoryEvent, run_id: str, activities: Activities) -> Entry | 
     return None if handler is None else handler(event, run_id, activities)
 
 
-async def load_histories(client: Client, workflow_id: str) -> list[WorkflowHistory]:
-    """Every run of the workflow id, oldest first (the continue-as-new chain)."""
+async def load_histories(
+    client: Client, workflow_id: str, closed: dict[str, WorkflowHistory] | None = None
+) -> list[WorkflowHistory]:
+    """Every run of the workflow id, oldest first (the continue-as-new chain).
+
+    Pass the same `closed` dict on every poll: runs that are over are fetched once and kept.
+    """
     runs = [wf async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
     runs.sort(key=lambda wf: wf.start_time)
-    return [
-        await client.get_workflow_handle(workflow_id, run_id=wf.run_id).fetch_history()
-        for wf in runs
-    ]
+    histories = []
+    for wf in runs:
+        cached = closed.get(wf.run_id) if closed is not None else None
+        if cached is None:
+            handle = client.get_workflow_handle(workflow_id, run_id=wf.run_id)
+            cached = await handle.fetch_history()
+            if closed is not None and wf.close_time is not None:
+                closed[wf.run_id] = cached
+        histories.append(cached)
+    return histories
