@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -62,3 +64,25 @@ async def record_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
     history = await handle.fetch_history()
     HISTORIES.mkdir(exist_ok=True)
     target.write_text(history.to_json())
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    """The `capstan` command as a user runs it, pointed at the test's server and data dir."""
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.address,
+        "CAPSTAN_TASK_QUEUE": settings.task_queue,
+        "CAPSTAN_DATA_DIR": str(settings.data_dir),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "capstan", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )

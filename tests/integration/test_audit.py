@@ -6,8 +6,6 @@ import asyncio
 import itertools
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ from capstan.history import decode_history, load_histories
 from capstan.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
 from capstan.transcript import build_transcript
-from tests.integration.helpers import record_history, running_worker
+from tests.integration.helpers import record_history, run_cli, running_worker
 from tests.integration.steer_helpers import wait_pending
 
 pytestmark = pytest.mark.server
@@ -119,46 +117,29 @@ async def test_tampering_is_detected(temporal, settings) -> None:
     assert any("integrity" in r for r in records)
 
 
-def capstan_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": settings.address,
-        "CAPSTAN_DATA_DIR": str(settings.data_dir),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "capstan", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-    )
-
-
 async def test_cli_audit_replay_and_export(temporal, settings, tmp_path) -> None:
     _, run_id, *_ = await audited_run(temporal, settings)
     out = tmp_path / "trail.jsonl"
-    done = await asyncio.to_thread(capstan_cli, settings, "audit", run_id, "--out", str(out))
+    done = await asyncio.to_thread(run_cli, settings, "audit", run_id, "--out", str(out))
     assert done.returncode == 0, done.stderr
-    verified = await asyncio.to_thread(capstan_cli, settings, "audit", run_id, "--verify")
+    verified = await asyncio.to_thread(run_cli, settings, "audit", run_id, "--verify")
     assert verified.returncode == 0 and "verified" in verified.stdout
     records = [json.loads(line) for line in out.read_text().splitlines()]
     records[2]["time"] = "2000-01-01T00:00:00"  # an edited record
     out.write_text("".join(json.dumps(r) + "\n" for r in records))
-    tampered = await asyncio.to_thread(capstan_cli, settings, "audit", "--verify-file", str(out))
+    tampered = await asyncio.to_thread(run_cli, settings, "audit", "--verify-file", str(out))
     assert tampered.returncode == 1 and "does not match its hash" in tampered.stdout
     history = tmp_path / "history.json"
     exported = await asyncio.to_thread(
-        capstan_cli, settings, "export-history", run_id, "--out", str(history)
+        run_cli, settings, "export-history", run_id, "--out", str(history)
     )
     assert exported.returncode == 0
-    replayed = await asyncio.to_thread(capstan_cli, settings, "replay", "--file", str(history))
+    replayed = await asyncio.to_thread(run_cli, settings, "replay", "--file", str(history))
     assert replayed.returncode == 0 and "no divergence" in replayed.stdout
-    live = await asyncio.to_thread(capstan_cli, settings, "replay", run_id)
+    live = await asyncio.to_thread(run_cli, settings, "replay", run_id)
     assert live.returncode == 0
     broken = ROOT / "tests" / "histories" / "broken" / "parallel_tools_renamed_activity.json"
-    diverged = await asyncio.to_thread(capstan_cli, settings, "replay", "--file", str(broken))
+    diverged = await asyncio.to_thread(run_cli, settings, "replay", "--file", str(broken))
     assert diverged.returncode == 1 and "does not reproduce" in diverged.stdout
 
 
@@ -201,7 +182,7 @@ async def test_event_stream_is_append_only_across_continue_as_new_and_restart(
     assert kinds.count("continued_as_new") == 2 and kinds[-1] == "run_ended"
     assert [e["seq"] for e in final] == list(range(len(final)))
     assert kinds.count("step_started") == 6 and kinds.count("tool_finished") == 5
-    watch = await asyncio.to_thread(capstan_cli, settings, "watch", run_id, "--from", "3", "--json")
+    watch = await asyncio.to_thread(run_cli, settings, "watch", run_id, "--from", "3", "--json")
     watched = [json.loads(line) for line in watch.stdout.splitlines()]
     assert watched == final[3:]
 

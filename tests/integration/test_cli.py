@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,38 +12,21 @@ from capstan.client import CapstanClient
 from capstan.config import Settings
 from capstan.spec import RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
-from tests.integration.helpers import running_worker
+from tests.integration.helpers import run_cli, running_worker
 from tests.integration.steer_helpers import wait_pending
 
 pytestmark = pytest.mark.server
-
-
-def capstan(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": settings.address,
-        "CAPSTAN_TASK_QUEUE": settings.task_queue,
-        "CAPSTAN_DATA_DIR": str(settings.data_dir),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "capstan", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
 
 
 async def test_run_wait_json_status_and_ls(temporal, settings: Settings) -> None:
     with FakeProvider([say(call("list_dir")), say(call("finish", answer="cli ok"))]) as fake:
         async with running_worker(temporal, settings, fake):
             done = await asyncio.to_thread(
-                capstan, settings, "run", "use the cli", "--id", "cli-run-1", "--wait", "--json"
+                run_cli, settings, "run", "use the cli", "--id", "cli-run-1", "--wait", "--json"
             )
-            status = await asyncio.to_thread(capstan, settings, "status", "cli-run-1", "--json")
-            transcript = await asyncio.to_thread(capstan, settings, "transcript", "cli-run-1")
-            listing = await asyncio.to_thread(capstan, settings, "ls", "--json")
+            status = await asyncio.to_thread(run_cli, settings, "status", "cli-run-1", "--json")
+            transcript = await asyncio.to_thread(run_cli, settings, "transcript", "cli-run-1")
+            listing = await asyncio.to_thread(run_cli, settings, "ls", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["terminal_reason"] == "completed" and result["output"] == "cli ok"
@@ -60,7 +40,7 @@ async def test_not_completed_run_exits_non_zero(temporal, settings: Settings) ->
     with FakeProvider([say(call("list_dir"))]) as fake:
         async with running_worker(temporal, settings, fake):
             done = await asyncio.to_thread(
-                capstan, settings, "run", "loop", "--max-steps", "1", "--wait"
+                run_cli, settings, "run", "loop", "--max-steps", "1", "--wait"
             )
     assert done.returncode == 1
     assert "max_steps after 1 steps" in done.stdout
@@ -68,7 +48,7 @@ async def test_not_completed_run_exits_non_zero(temporal, settings: Settings) ->
 
 def test_errors_are_one_line(tmp_path: Path) -> None:
     settings = Settings(temporal_address="127.0.0.1:1", data_dir=tmp_path)
-    done = capstan(settings, "status", "nope")
+    done = run_cli(settings, "status", "nope")
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "no Temporal server answers at 127.0.0.1:1" in done.stderr
@@ -84,13 +64,13 @@ async def test_steering_commands(temporal, settings: Settings) -> None:
             client = CapstanClient(temporal, settings)
             run_id = await client.start_run(RunSpec(task="write", run_id="cli-steer"))
             await wait_pending(client, run_id)
-            pending = await asyncio.to_thread(capstan, settings, "pending", run_id, "--json")
-            inbox = await asyncio.to_thread(capstan, settings, "pending")
-            sent = await asyncio.to_thread(capstan, settings, "send", run_id, "hello", "--id", "m1")
+            pending = await asyncio.to_thread(run_cli, settings, "pending", run_id, "--json")
+            inbox = await asyncio.to_thread(run_cli, settings, "pending")
+            sent = await asyncio.to_thread(run_cli, settings, "send", run_id, "hello", "--id", "m1")
             wrong = await asyncio.to_thread(
-                capstan, settings, "approve", run_id, "cli-steer/9/x", "--checked"
+                run_cli, settings, "approve", run_id, "cli-steer/9/x", "--checked"
             )
-            approved = await asyncio.to_thread(capstan, settings, "approve", run_id, "--checked")
+            approved = await asyncio.to_thread(run_cli, settings, "approve", run_id, "--checked")
             result = await client.result(run_id)
     (view,) = json.loads(pending.stdout)
     (request,) = view["approvals"]
@@ -106,7 +86,7 @@ async def test_signals_work_with_no_worker(temporal, settings: Settings) -> None
     client = CapstanClient(temporal, settings)
     run_id = await client.start_run(RunSpec(task="nobody works here"))
     outputs = [
-        await asyncio.to_thread(capstan, settings, *args)
+        await asyncio.to_thread(run_cli, settings, *args)
         for args in (
             ("pause", run_id),
             ("send", run_id, "queued while no worker runs"),
