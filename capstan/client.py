@@ -41,6 +41,7 @@ from capstan.steering import (
     PauseRequest,
     PendingView,
     ResumeRequest,
+    SteeringPayload,
     StepGrant,
 )
 from capstan.workflow_io import (
@@ -52,17 +53,6 @@ from capstan.workflow_io import (
 )
 
 __all__ = ["CapstanClient", "RejectedError", "RunSummary", "SteeringError", "connect_temporal"]
-
-SteeringPayload = (
-    Decision
-    | PauseRequest
-    | ResumeRequest
-    | CancelRequest
-    | LiveMessage
-    | Answer
-    | StepGrant
-    | BudgetGrant
-)
 
 SIGNAL_NAMES: dict[type, str] = {
     Decision: "decide",

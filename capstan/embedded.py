@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +19,8 @@ from types import TracebackType
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
+
+from capstan.processes import stop_process
 
 __all__ = ["EmbeddedServer", "EmbeddedServerError", "find_temporal_binary", "temporal_answers"]
 
@@ -147,15 +148,7 @@ class EmbeddedServer:
     def stop(self) -> None:
         """Stop the server if this object started it (SIGTERM, then SIGKILL)."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
 
     async def __aenter__(self) -> EmbeddedServer:
         await self.start()

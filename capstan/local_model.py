@@ -20,6 +20,8 @@ from types import TracebackType
 
 import httpx
 
+from capstan.processes import stop_process
+
 __all__ = ["LOCAL_PROFILE", "LocalModelError", "LocalModelServer", "available", "gguf_path"]
 
 LOCAL_PROFILE = "local:smollm2"
@@ -118,14 +120,7 @@ class LocalModelServer:
 
     def stop(self) -> None:
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc)
 
     def __enter__(self) -> LocalModelServer:
         self.start()

@@ -29,6 +29,7 @@ __all__ = [
     "Question",
     "ResumeRequest",
     "SteeringInput",
+    "SteeringPayload",
     "StepGrant",
 ]
 
@@ -105,7 +106,8 @@ class BudgetGrant(_Input):
     amount: float = Field(ge=0)
 
 
-SteeringInput = Annotated[
+#: Every human input, as a plain union (for clients) ...
+SteeringPayload = (
     Decision
     | PauseRequest
     | ResumeRequest
@@ -113,9 +115,10 @@ SteeringInput = Annotated[
     | LiveMessage
     | Answer
     | StepGrant
-    | BudgetGrant,
-    Field(discriminator="kind"),
-]
+    | BudgetGrant
+)
+#: ... and discriminated by `kind` (for decoding).
+SteeringInput = Annotated[SteeringPayload, Field(discriminator="kind")]
 
 
 class Ack(BaseModel):
