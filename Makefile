@@ -25,6 +25,7 @@ lint: setup
 	$(BIN)/python -m ruff check .
 	$(BIN)/python -m ruff format --check .
 	$(BIN)/python -m mypy
+	$(BIN)/lint-imports
 
 test: lint
 	$(BIN)/python -m pytest

@@ -24,20 +24,20 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import Worker
 
-from activities.compaction import CompactionActivities
-from activities.model import ModelActivities
-from activities.tokens import count_tokens
-from activities.tool_runner import FinishGuard, ToolActivities
-from activities.tools.builtins import BUILTIN_TOOLS, LOOP_TOOL_SPECS
-from activities.tools.registry import ToolRegistry
-from capstan.blobstore import ContentStore, LocalBlobStore
-from capstan.client import connect_temporal
-from capstan.config import Settings
-from capstan.embedded import EmbeddedServer
-from capstan.local_model import local_model_env
-from capstan.spec import ToolRule
-from capstan.telemetry import Instruments, configure_from_env
-from workflows.agent import AgentWorkflow
+from capstan.activities.compaction import CompactionActivities
+from capstan.activities.model import ModelActivities
+from capstan.activities.tokens import count_tokens
+from capstan.activities.tool_runner import FinishGuard, ToolActivities
+from capstan.activities.tools.builtins import BUILTIN_TOOLS, LOOP_TOOL_SPECS
+from capstan.activities.tools.registry import ToolRegistry
+from capstan.client.runs import connect_temporal
+from capstan.core.spec import ToolRule
+from capstan.runtime.blobstore import ContentStore, LocalBlobStore
+from capstan.runtime.config import Settings
+from capstan.runtime.embedded import EmbeddedServer
+from capstan.runtime.local_model import local_model_env
+from capstan.runtime.telemetry import Instruments, configure_from_env
+from capstan.workflows.agent import AgentWorkflow
 
 __all__ = [
     "build_registry",

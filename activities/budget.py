@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from activities.tokens import encoding
+from capstan.activities.tokens import encoding
 
 __all__ = ["ResultBudget", "apply_budget"]
 

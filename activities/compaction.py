@@ -20,14 +20,15 @@ from collections.abc import Callable
 import httpx
 from temporalio import activity
 
-from activities.heartbeat import with_heartbeat
-from activities.model import ModelActivities, adapter_for
-from activities.providers.base import RenderedMessage
-from capstan.activity_io import CompactInput, CompactResult
-from capstan.blobstore import ContentStore
-from capstan.content import BlobRef
-from capstan.conversation import append_segment, load_conversation
-from capstan.messages import Message
+from capstan.activities.heartbeat import with_heartbeat
+from capstan.activities.model import ModelActivities, adapter_for
+from capstan.activities.providers.base import RenderedMessage
+from capstan.core.activity_io import CompactInput, CompactResult
+from capstan.core.activity_table import ActivityName
+from capstan.core.content import BlobRef
+from capstan.core.messages import Message
+from capstan.runtime.blobstore import ContentStore
+from capstan.runtime.conversation import append_segment, load_conversation
 
 __all__ = ["CompactionActivities", "split_turns"]
 
@@ -74,7 +75,7 @@ class CompactionActivities:
             )
         return total
 
-    @activity.defn(name="compact_context")
+    @activity.defn(name=ActivityName.COMPACT_CONTEXT.value)
     async def compact_context(self, request: CompactInput) -> CompactResult:
         messages = await asyncio.to_thread(load_conversation, self.content, request.conversation)
         head, turns = split_turns(messages)

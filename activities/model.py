@@ -20,26 +20,28 @@ from opentelemetry.trace import SpanKind
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.budget import ResultBudget
-from activities.heartbeat import with_heartbeat
-from activities.providers.anthropic import AnthropicMessages
-from activities.providers.base import ChatAdapter, ProviderReply
-from activities.providers.openai_chat import OpenAIChat
-from activities.providers.profiles import (
+from capstan.activities.budget import ResultBudget
+from capstan.activities.heartbeat import with_heartbeat
+from capstan.activities.providers.anthropic import AnthropicMessages
+from capstan.activities.providers.base import ChatAdapter, ProviderReply
+from capstan.activities.providers.openai_chat import OpenAIChat
+from capstan.activities.providers.profiles import (
     Profile,
     ProfileError,
     load_profiles,
     model_chain,
     resolve_profile,
 )
-from activities.rendering import render
-from capstan.activity_io import CallModelInput, DescribeModelInput, ModelReply
-from capstan.blobstore import ContentStore
-from capstan.conversation import append_segment, load_conversation
-from capstan.messages import Message, ToolCall, Usage
-from capstan.models import ModelChain, Prices
-from capstan.telemetry import Instruments
-from capstan.tooling import ToolSpec
+from capstan.activities.rendering import render
+from capstan.core.activity_io import CallModelInput, DescribeModelInput, ModelReply
+from capstan.core.activity_table import ActivityName
+from capstan.core.messages import Message, ToolCall, Usage
+from capstan.core.model_errors import ModelErrorKind
+from capstan.core.models import ModelChain, Prices
+from capstan.core.tooling import ToolSpec
+from capstan.runtime.blobstore import ContentStore
+from capstan.runtime.conversation import append_segment, load_conversation
+from capstan.runtime.telemetry import Instruments
 
 __all__ = ["ModelActivities", "StreamProgress", "adapter_for", "cost_of"]
 
@@ -114,16 +116,20 @@ class ModelActivities:
         try:
             return resolve_profile(name, self.env, load_profiles(self._profiles_path))
         except ProfileError as exc:
-            raise ApplicationError(str(exc), type="ModelConfigError", non_retryable=True) from None
+            raise ApplicationError(
+                str(exc), type=ModelErrorKind.CONFIG_ERROR, non_retryable=True
+            ) from None
 
-    @activity.defn(name="describe_model")
+    @activity.defn(name=ActivityName.DESCRIBE_MODEL.value)
     async def describe_model(self, request: DescribeModelInput) -> ModelChain:
         try:
             return model_chain(request.profile, self.env, load_profiles(self._profiles_path))
         except ProfileError as exc:
-            raise ApplicationError(str(exc), type="ModelConfigError", non_retryable=True) from None
+            raise ApplicationError(
+                str(exc), type=ModelErrorKind.CONFIG_ERROR, non_retryable=True
+            ) from None
 
-    @activity.defn(name="call_model")
+    @activity.defn(name=ActivityName.CALL_MODEL.value)
     async def call_model(self, request: CallModelInput) -> ModelReply:
         profile = self.profile(request.profile)
         history, tools = await asyncio.to_thread(self._load, request)

@@ -3,11 +3,11 @@ untrusted output fenced, reviewer notes attached. Shared by every provider adapt
 
 from __future__ import annotations
 
-from activities.budget import ResultBudget, apply_budget
-from activities.providers.base import RenderedCall, RenderedMessage
-from capstan.blobstore import ContentStore
-from capstan.content import BlobRef
-from capstan.messages import Message
+from capstan.activities.budget import ResultBudget, apply_budget
+from capstan.activities.providers.base import RenderedCall, RenderedMessage
+from capstan.core.content import BlobRef
+from capstan.core.messages import Message
+from capstan.runtime.blobstore import ContentStore
 
 __all__ = ["FENCE_TAG", "fence_untrusted", "render"]
 

@@ -16,13 +16,21 @@ from pathlib import Path
 from pydantic import ValidationError
 from temporalio import activity
 
-from activities.heartbeat import with_heartbeat
-from activities.tools.registry import ToolContext, ToolRegistry
-from capstan.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
-from capstan.blobstore import ContentStore
-from capstan.spec import ToolRule
-from capstan.telemetry import Instruments
-from capstan.tooling import ToolCatalog, ToolFailed, ToolInfo, ToolOutcome, ToolSpec, ToolSucceeded
+from capstan.activities.heartbeat import with_heartbeat
+from capstan.activities.tools.registry import ToolContext, ToolRegistry
+from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
+from capstan.core.activity_table import ActivityName
+from capstan.core.spec import ToolRule
+from capstan.core.tooling import (
+    ToolCatalog,
+    ToolFailed,
+    ToolInfo,
+    ToolOutcome,
+    ToolSpec,
+    ToolSucceeded,
+)
+from capstan.runtime.blobstore import ContentStore
+from capstan.runtime.telemetry import Instruments
 
 __all__ = ["FinishGuard", "ToolActivities"]
 
@@ -49,7 +57,7 @@ class ToolActivities:
         self.policy = dict(policy or {})
         workspace.mkdir(parents=True, exist_ok=True)
 
-    @activity.defn(name="list_tools")
+    @activity.defn(name=ActivityName.LIST_TOOLS.value)
     async def list_tools(self, request: ListToolsInput) -> ToolCatalog:
         specs = self.registry.specs(request.allowed)
         data = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True)
@@ -64,7 +72,7 @@ class ToolActivities:
             finish_hook=self.finish_guard is not None,
         )
 
-    @activity.defn(name="check_finish")
+    @activity.defn(name=ActivityName.CHECK_FINISH.value)
     async def check_finish(self, request: CheckFinishInput) -> FinishVerdict:
         """Ask the worker's finish guard (`CAPSTAN_FINISH_GUARD`) about a run's answer."""
         if self.finish_guard is None:
@@ -84,7 +92,7 @@ class ToolActivities:
             deny_arguments=rule.deny_arguments,
         )
 
-    @activity.defn(name="run_tool")
+    @activity.defn(name=ActivityName.RUN_TOOL.value)
     async def run_tool(self, request: RunToolInput) -> ToolOutcome:
         started = time.monotonic()
         with self.telemetry.tracer.start_as_current_span(

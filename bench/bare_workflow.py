@@ -13,10 +13,10 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from capstan.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
-    from capstan.content import BlobRef
-    from capstan.messages import Message
-    from capstan.tooling import ToolCatalog, ToolSucceeded
+    from capstan.core.activity_io import CallModelInput, ListToolsInput, ModelReply, RunToolInput
+    from capstan.core.content import BlobRef
+    from capstan.core.messages import Message
+    from capstan.core.tooling import ToolCatalog, ToolSucceeded
 
 
 @workflow.defn(name="BareWorkflow")

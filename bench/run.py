@@ -30,13 +30,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bare_workflow import BareWorkflow  # noqa: E402
-from capstan.client import CapstanClient, connect_temporal  # noqa: E402
-from capstan.config import Settings  # noqa: E402
-from capstan.embedded import EmbeddedServer  # noqa: E402
-from capstan.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
+from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
+from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
+from capstan.runtime.config import Settings  # noqa: E402
+from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say  # noqa: E402
 from capstan.testing.history_stats import measure_history  # noqa: E402
-from worker import build_worker  # noqa: E402
+from capstan.worker import build_worker  # noqa: E402
 
 
 def _free_port() -> int:

@@ -1,10 +1,55 @@
 """Capstan: a durable ReAct agent worker on Temporal.
 
-The package root holds the pure core (types, the loop) plus the client-side edges
-(`client`, `cli`, `config`, `embedded`, `blobstore`). The pure modules never do IO and
-never read the clock, the environment or a random source; ruff's banned-API rule enforces it.
+The public API, re-exported here (loaded on first use, so importing one layer never drags in
+the others)::
+
+    from capstan import tool, ToolContext, RunSpec, CapstanClient
+
+The package shows its layers (import-linter checks the direction in `make lint`):
+
+- `capstan.core`: the pure loop and every type it folds (no IO, clock, environment, Temporal);
+- `capstan.workflows`: the Temporal interpreter of the loop (deterministic);
+- `capstan.activities`: providers, tools, compaction, token counting (all the IO of a run);
+- `capstan.runtime`: settings, the blob store, the embedded servers, telemetry;
+- `capstan.client`, `capstan.audit`, `capstan.cli`: Temporal clients that start, steer and read
+  runs; they never import worker internals;
+- `capstan.worker`: the composition root (`worker.py` in the repository).
 """
 
-from capstan.spec import FinishMode, RunResult, RunSpec, TerminalReason
+from __future__ import annotations
 
-__all__ = ["FinishMode", "RunResult", "RunSpec", "TerminalReason"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from capstan.activities.tools.registry import ToolContext, tool
+    from capstan.client.runs import CapstanClient
+    from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "CapstanClient": "capstan.client.runs",
+    "FinishMode": "capstan.core.spec",
+    "RunResult": "capstan.core.spec",
+    "RunSpec": "capstan.core.spec",
+    "TerminalReason": "capstan.core.spec",
+    "ToolContext": "capstan.activities.tools.registry",
+    "tool": "capstan.activities.tools.registry",
+}
+
+__all__ = [
+    "CapstanClient",
+    "FinishMode",
+    "RunResult",
+    "RunSpec",
+    "TerminalReason",
+    "ToolContext",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'capstan' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

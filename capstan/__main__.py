@@ -1,5 +1,5 @@
 """`python -m capstan` is the `capstan` command."""
 
-from capstan.cli import main
+from capstan.cli.main import main
 
 main()

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from capstan.client import connect_temporal
-from capstan.config import Settings
-from capstan.embedded import EmbeddedServer
+from capstan.client.runs import connect_temporal
+from capstan.runtime.config import Settings
+from capstan.runtime.embedded import EmbeddedServer
 
 
 def free_port() -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-from activities.tools.registry import ToolContext, ToolFunction, tool
+from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
 
 
 @tool

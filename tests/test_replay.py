@@ -17,9 +17,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
-from capstan.spec import RunResult
-from capstan.workflow_io import AgentInput
-from workflows.agent import AgentWorkflow
+from capstan.core.spec import RunResult
+from capstan.core.workflow_io import AgentInput
+from capstan.workflows.agent import AgentWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
 GOOD = sorted(HISTORIES.glob("*.json"))

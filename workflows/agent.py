@@ -1,4 +1,4 @@
-"""`AgentWorkflow`: the Temporal interpreter of the pure loop in `capstan.loop`.
+"""`AgentWorkflow`: the Temporal interpreter of the pure loop in `capstan.core.loop`.
 
 It turns effects into activities and signals into outcomes, and nothing else: every decision is
 the loop's. Deterministic by law: no clock, random, IO or environment here (ruff bans them).
@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -22,57 +23,40 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from capstan import inputs, loop
-    from capstan.activity_io import (
-        CheckFinishInput,
-        CompactResult,
-        FinishVerdict,
-        ModelReply,
-        RunToolInput,
-    )
-    from capstan.effects import (
+    from capstan.core import inputs, loop
+    from capstan.core.activity_io import RunToolInput
+    from capstan.core.activity_table import ACTIVITIES, ActivityName
+    from capstan.core.effects import (
+        ActivityEffect,
         AwaitInput,
         Boundary,
         CallModel,
         CancelRequested,
         CheckFinish,
         CompactContext,
-        CompactionFailed,
-        ContextCompacted,
         ContinueAsNew,
         DescribeModel,
         Effect,
         Finish,
-        FinishChecked,
+        InputRefused,
         LoadTools,
-        ModelDescribed,
-        ModelFailed,
-        ModelReplied,
         Outcome,
         RunTools,
         Steered,
         ToolsFinished,
-        ToolsLoaded,
     )
-    from capstan.model_errors import NON_RETRYABLE
-    from capstan.models import ModelChain
-    from capstan.spec import RunResult, RunStatus, TerminalReason
-    from capstan.state import RunState
-    from capstan.steering import (
+    from capstan.core.spec import RunResult, RunStatus, TerminalReason
+    from capstan.core.state import RunState
+    from capstan.core.steering import (
+        STEER,
         Ack,
-        Answer,
-        BudgetGrant,
-        CancelRequest,
-        Decision,
-        LiveMessage,
-        PauseRequest,
         PendingView,
-        ResumeRequest,
         SteeringInput,
-        StepGrant,
+        SteeringPayload,
+        by_signal,
     )
-    from capstan.tooling import ToolCatalog, ToolFailed, ToolOutcome
-    from capstan.workflow_io import (
+    from capstan.core.tooling import ToolFailed, ToolOutcome
+    from capstan.core.workflow_io import (
         ANNOUNCE_PATCH,
         CANCEL_IN_FLIGHT_PATCH,
         CONTEXT_PATCH,
@@ -87,19 +71,14 @@ with workflow.unsafe.imports_passed_through():
 
 __all__ = ["AgentWorkflow"]
 
-# An Annotated union is not a `type` to mypy, but the pydantic converter decodes it.
-TOOL_OUTCOME: type = ToolOutcome  # type: ignore[assignment]
-
-MODEL_NON_RETRYABLE = list(NON_RETRYABLE)
-
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentWorkflow:
     """One agent run.
 
-    Signals (durable even with no worker running; each has a `_update` twin that validates and
-    acknowledges): `decide`, `pause`, `resume`, `cancel`, `send_message`, `answer`,
-    `grant_steps`, `grant_budget`. Queries: `status`, `transcript`, `pending`.
+    Steering: one `steer` signal (durable even with no worker running) and one `steer` update
+    (validated and acknowledged) over every input in `capstan.core.steering`; the per-input
+    signal names from before are still accepted. Queries: `status`, `transcript`, `pending`.
     """
 
     @workflow.init
@@ -156,97 +135,44 @@ class AgentWorkflow:
             workflow.logger.exception("loop raised; ending the run as failed")
             return self._failed(bug)
 
-    # Signals and queries -------------------------------------------------------------------
+    # Steering: one signal and one update over the registry's union ---------------------------
 
-    @workflow.signal(name="decide")
-    def decide(self, decision: Decision) -> None:
-        self._steer(decision)
+    @workflow.signal(name=STEER)
+    def steer(self, item: SteeringInput) -> None:
+        """Every steering input (durable the moment the server accepts it, no worker needed)."""
+        self._steer(item)
 
-    @workflow.signal(name="pause")
-    def pause(self, request: PauseRequest) -> None:
-        self._steer(request)
+    @workflow.update(name=STEER)
+    def steer_checked(self, item: SteeringInput) -> Ack:
+        """The same inputs, validated first: a rejection writes nothing to history."""
+        return self._steer(item)
 
-    @workflow.signal(name="resume")
-    def resume(self, request: ResumeRequest) -> None:
-        self._steer(request)
+    @steer_checked.validator
+    def _check_steer(self, item: SteeringInput) -> None:
+        self._validate(item)
 
-    @workflow.signal(name="cancel")
-    def cancel(self, request: CancelRequest) -> None:
-        self._steer(request)
+    @workflow.signal(dynamic=True)
+    def legacy_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """The per-input signals from before `steer` (older clients, stored histories); any
+        other signal is noted in the diagnostics and changes nothing else."""
+        item, problem = _legacy_input(name, args)
+        if item is None:
+            self._fold(InputRefused(problem=problem))
+            return
+        self._steer(item)
 
-    @workflow.signal(name="send_message")
-    def send_message(self, message: LiveMessage) -> None:
-        self._steer(message)
+    @workflow.update(dynamic=True)
+    def legacy_update(self, name: str, args: Sequence[RawValue]) -> Ack:
+        item, _ = _legacy_input(name, args)
+        assert item is not None  # the validator refused anything else
+        return self._steer(item)
 
-    @workflow.signal(name="answer")
-    def answer(self, answer: Answer) -> None:
-        self._steer(answer)
-
-    @workflow.signal(name="grant_steps")
-    def grant_steps(self, grant: StepGrant) -> None:
-        self._steer(grant)
-
-    @workflow.signal(name="grant_budget")
-    def grant_budget(self, grant: BudgetGrant) -> None:
-        self._steer(grant)
-
-    # Updates: the same inputs, validated first; a rejection writes nothing to history.
-
-    @workflow.update(name="decide_update")
-    def decide_update(self, decision: Decision) -> Ack:
-        return self._steer(decision)
-
-    @decide_update.validator
-    def _check_decide(self, decision: Decision) -> None:
-        self._validate(decision)
-
-    @workflow.update(name="pause_update")
-    def pause_update(self, request: PauseRequest) -> Ack:
-        return self._steer(request)
-
-    @workflow.update(name="resume_update")
-    def resume_update(self, request: ResumeRequest) -> Ack:
-        return self._steer(request)
-
-    @workflow.update(name="cancel_update")
-    def cancel_update(self, request: CancelRequest) -> Ack:
-        return self._steer(request)
-
-    @cancel_update.validator
-    def _check_cancel(self, request: CancelRequest) -> None:
-        self._validate(request)
-
-    @workflow.update(name="send_message_update")
-    def send_message_update(self, message: LiveMessage) -> Ack:
-        return self._steer(message)
-
-    @send_message_update.validator
-    def _check_message(self, message: LiveMessage) -> None:
-        self._validate(message)
-
-    @workflow.update(name="answer_update")
-    def answer_update(self, answer: Answer) -> Ack:
-        return self._steer(answer)
-
-    @answer_update.validator
-    def _check_answer(self, answer: Answer) -> None:
-        self._validate(answer)
-
-    @workflow.update(name="grant_steps_update")
-    def grant_steps_update(self, grant: StepGrant) -> Ack:
-        return self._steer(grant)
-
-    @grant_steps_update.validator
-    def _check_grant(self, grant: StepGrant) -> None:
-        self._validate(grant)
-
-    @workflow.update(name="grant_budget_update")
-    def grant_budget_update(self, grant: BudgetGrant) -> Ack:
-        return self._steer(grant)
-
-    @grant_budget_update.validator
-    def _check_budget_grant(self, grant: BudgetGrant) -> None:
-        self._validate(grant)
+    @legacy_update.validator
+    def _check_legacy_update(self, name: str, args: Sequence[RawValue]) -> None:
+        item, problem = _legacy_input(name, args)
+        if item is None:
+            raise ValueError(problem)
+        self._validate(item)
 
     @workflow.query(name="status")
     def status(self) -> RunStatus:
@@ -364,107 +290,49 @@ class AgentWorkflow:
 
     async def _perform(self, effect: Effect) -> Outcome:
         match effect:
-            case LoadTools(request=request):
-                catalog = await workflow.execute_activity(
-                    "list_tools",
-                    request,
-                    result_type=ToolCatalog,
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=RetryPolicy(maximum_attempts=5),
-                )
-                return ToolsLoaded(catalog=catalog)
-            case DescribeModel(request=request):
-                try:
-                    chain = await workflow.execute_activity(
-                        "describe_model",
-                        request,
-                        result_type=ModelChain,
-                        start_to_close_timeout=timedelta(seconds=30),
-                        retry_policy=RetryPolicy(
-                            maximum_attempts=3, non_retryable_error_types=MODEL_NON_RETRYABLE
-                        ),
-                    )
-                except ActivityError as exc:
-                    _reraise_cancellation(exc)
-                    kind, message = _describe(exc)
-                    return ModelFailed(error=message, error_type=kind)
-                return ModelDescribed(chain=chain)
-            case CompactContext():
-                return await self._compact(effect)
-            case CheckFinish(request=request):
-                return await self._check_finish(request)
-            case CallModel():
-                return await self._call_model(effect)
             case RunTools():
                 return await self._run_tools(effect)
+            case LoadTools() | DescribeModel() | CompactContext() | CheckFinish() | CallModel():
+                return await self._perform_activity(effect)
         raise _LoopBugError(RuntimeError(f"no interpreter for effect {effect.kind!r}"))
 
-    def _model_options(self) -> dict[str, Any]:
-        tuning = self.state.spec.tuning
-        return {
-            "start_to_close_timeout": timedelta(seconds=tuning.model_start_to_close),
-            "heartbeat_timeout": timedelta(seconds=tuning.model_heartbeat),
-            "retry_policy": RetryPolicy(
-                initial_interval=timedelta(seconds=tuning.model_initial_retry),
-                maximum_interval=timedelta(seconds=tuning.model_max_retry),
-                maximum_attempts=tuning.model_max_attempts,
-                non_retryable_error_types=MODEL_NON_RETRYABLE,
+    async def _perform_activity(self, effect: ActivityEffect) -> Outcome:
+        """One activity, as the table in `capstan.core.activity_table` defines it."""
+        try:
+            result = await self._execute(effect.activity, effect.request)
+        except ActivityError as exc:
+            _reraise_cancellation(exc)
+            return effect.failed(*_describe(exc))
+        return effect.succeeded(result)
+
+    async def _execute(self, name: ActivityName, arg: Any, timeout: float | None = None) -> Any:
+        spec = ACTIVITIES[name]
+        options = spec.options(self.state.spec.tuning, timeout)
+        return await workflow.execute_activity(
+            name.value,
+            arg,
+            result_type=spec.result,
+            start_to_close_timeout=timedelta(seconds=options.start_to_close),
+            heartbeat_timeout=(
+                timedelta(seconds=options.heartbeat) if options.heartbeat is not None else None
             ),
-        }
-
-    async def _check_finish(self, request: CheckFinishInput) -> Outcome:
-        try:
-            verdict = await workflow.execute_activity(
-                "check_finish",
-                request,
-                result_type=FinishVerdict,
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=RetryPolicy(maximum_attempts=3),
-            )
-        except ActivityError as exc:
-            _reraise_cancellation(exc)
-            verdict = FinishVerdict(refusal=f"the finish guard failed: {_describe(exc)[1]}")
-        return FinishChecked(verdict=verdict)
-
-    async def _compact(self, effect: CompactContext) -> Outcome:
-        try:
-            result = await workflow.execute_activity(
-                "compact_context",
-                effect.request,
-                result_type=CompactResult,
-                **self._model_options(),
-            )
-        except ActivityError as exc:
-            _reraise_cancellation(exc)
-            return CompactionFailed(error=_describe(exc)[1])
-        return ContextCompacted(result=result)
-
-    async def _call_model(self, effect: CallModel) -> Outcome:
-        try:
-            reply = await workflow.execute_activity(
-                "call_model", effect.request, result_type=ModelReply, **self._model_options()
-            )
-        except ActivityError as exc:
-            _reraise_cancellation(exc)
-            kind, message = _describe(exc)
-            return ModelFailed(error=message, error_type=kind)
-        return ModelReplied(reply=reply)
+            retry_policy=RetryPolicy(
+                initial_interval=timedelta(seconds=options.initial_retry),
+                maximum_interval=(
+                    timedelta(seconds=options.max_retry) if options.max_retry is not None else None
+                ),
+                maximum_attempts=options.max_attempts,
+                non_retryable_error_types=list(options.non_retryable) or None,
+            ),
+        )
 
     async def _run_tools(self, effect: RunTools) -> Outcome:
         gate = asyncio.Semaphore(effect.concurrency)
-        tuning = self.state.spec.tuning
 
         async def one(call: RunToolInput, timeout: float) -> ToolOutcome:
             async with gate:
                 try:
-                    result: ToolOutcome = await workflow.execute_activity(
-                        "run_tool",
-                        call,
-                        result_type=TOOL_OUTCOME,
-                        start_to_close_timeout=timedelta(seconds=timeout),
-                        heartbeat_timeout=timedelta(seconds=tuning.tool_heartbeat),
-                        retry_policy=RetryPolicy(maximum_attempts=tuning.tool_max_attempts),
-                    )
+                    result: ToolOutcome = await self._execute(ActivityName.RUN_TOOL, call, timeout)
                     return result
                 except ActivityError as exc:
                     _reraise_cancellation(exc)
@@ -476,6 +344,18 @@ class AgentWorkflow:
             *(one(c, t) for c, t in zip(effect.calls, effect.timeouts, strict=True))
         )
         return ToolsFinished(results=tuple(results))
+
+
+def _legacy_input(name: str, args: Sequence[RawValue]) -> tuple[SteeringPayload | None, str]:
+    """Decode a per-input signal or update by its old name, or say why it is not one."""
+    kind = by_signal(name)
+    if kind is None or len(args) != 1:
+        return None, f"unknown signal {name!r} ignored"
+    try:
+        item = workflow.payload_converter().from_payload(args[0].payload, kind)
+    except Exception as exc:
+        return None, f"malformed {name!r} ignored: {type(exc).__name__}"
+    return item, ""
 
 
 def _reraise_cancellation(exc: ActivityError) -> None:

@@ -15,12 +15,18 @@ import httpx
 from httpx_sse import EventSource
 from temporalio.exceptions import ApplicationError
 
-from activities.providers.base import DeltaSink, ProviderReply, RenderedMessage, WireToolCall
-from activities.providers.errors import context_overflow, malformed, scrub, stream_cut
-from activities.providers.http_adapter import HttpAdapter
-from activities.providers.json_repair import repair_arguments
-from capstan.messages import Usage
-from capstan.tooling import ToolSpec
+from capstan.activities.providers.base import (
+    DeltaSink,
+    ProviderReply,
+    RenderedMessage,
+    WireToolCall,
+)
+from capstan.activities.providers.errors import context_overflow, malformed, scrub, stream_cut
+from capstan.activities.providers.http_adapter import HttpAdapter
+from capstan.activities.providers.json_repair import repair_arguments
+from capstan.core.messages import Usage
+from capstan.core.model_errors import ModelErrorKind
+from capstan.core.tooling import ToolSpec
 
 __all__ = ["AnthropicMessages", "to_anthropic"]
 
@@ -237,7 +243,9 @@ def _stream_error(error: Any, secrets: tuple[str, ...]) -> ApplicationError:
     if "prompt is too long" in detail:
         return context_overflow(detail)
     if kind == "overloaded_error":
-        return ApplicationError(f"provider overloaded mid-stream: {detail}", type="ModelOverloaded")
+        return ApplicationError(
+            f"provider overloaded mid-stream: {detail}", type=ModelErrorKind.OVERLOADED
+        )
     return ApplicationError(
-        f"the provider reported an error mid-stream: {detail}", type="ModelServerError"
+        f"the provider reported an error mid-stream: {detail}", type=ModelErrorKind.SERVER_ERROR
     )

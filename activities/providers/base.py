@@ -13,8 +13,8 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from capstan.messages import Role, Usage
-from capstan.tooling import ToolSpec
+from capstan.core.messages import Role, Usage
+from capstan.core.tooling import ToolSpec
 
 __all__ = [
     "ChatAdapter",

@@ -1,6 +1,6 @@
 """Provider failures as Temporal application errors: one retry layer, Temporal's.
 
-The type names and their retryability are listed in `capstan.model_errors`. `retry-after` and
+The type names and their retryability are listed in `capstan.core.model_errors`. `retry-after` and
 `retry-after-ms` become `next_retry_delay` (capped). Error text is scrubbed of key material.
 """
 
@@ -13,7 +13,7 @@ from datetime import timedelta
 import httpx
 from temporalio.exceptions import ApplicationError
 
-from capstan.model_errors import CONTEXT_OVERFLOW
+from capstan.core.model_errors import CONTEXT_OVERFLOW, ModelErrorKind
 
 __all__ = [
     "context_overflow",
@@ -82,42 +82,45 @@ def error_for_response(
     if status in (400, 413) and _OVERFLOW.search(body):
         return context_overflow(message)
     if status == 429 and "insufficient_quota" in code + body:
-        return ApplicationError(message, type="ModelQuotaExhausted", non_retryable=True)
+        return ApplicationError(message, type=ModelErrorKind.QUOTA_EXHAUSTED, non_retryable=True)
     if status == 400 and _FILTER.search(code + body):
-        return ApplicationError(message, type="ModelContentFiltered", non_retryable=True)
+        return ApplicationError(message, type=ModelErrorKind.CONTENT_FILTERED, non_retryable=True)
     delay = _retry_after(response)
     if status == 429:
-        return ApplicationError(message, type="ModelRateLimited", next_retry_delay=delay)
+        return ApplicationError(message, type=ModelErrorKind.RATE_LIMITED, next_retry_delay=delay)
     if status == 529:
-        return ApplicationError(message, type="ModelOverloaded", next_retry_delay=delay)
+        return ApplicationError(message, type=ModelErrorKind.OVERLOADED, next_retry_delay=delay)
     if status >= 500 or status in (408, 409):
-        return ApplicationError(message, type="ModelServerError", next_retry_delay=delay)
+        return ApplicationError(message, type=ModelErrorKind.SERVER_ERROR, next_retry_delay=delay)
     kind = {
-        401: "ModelAuthError",
-        403: "ModelAuthError",
-        404: "ModelNotFound",
-        413: "ModelPayloadTooLarge",
-    }.get(status, "ModelBadRequest")
+        401: ModelErrorKind.AUTH_ERROR,
+        403: ModelErrorKind.AUTH_ERROR,
+        404: ModelErrorKind.NOT_FOUND,
+        413: ModelErrorKind.PAYLOAD_TOO_LARGE,
+    }.get(status, ModelErrorKind.BAD_REQUEST)
     return ApplicationError(message, type=kind, non_retryable=True)
 
 
 def error_for_transport(exc: httpx.TransportError, secrets: tuple[str, ...]) -> ApplicationError:
     """Timeouts and connection failures (including a stream that broke): retryable."""
     if isinstance(exc, httpx.TimeoutException):
-        kind = "ModelTimeout"
+        kind = ModelErrorKind.TIMEOUT
     elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError):
-        kind = "ModelStreamCut"
+        kind = ModelErrorKind.STREAM_CUT
     else:
-        kind = "ModelConnectionError"
+        kind = ModelErrorKind.CONNECTION_ERROR
     detail = scrub(f"{type(exc).__name__}: {exc}", secrets)
     return ApplicationError(f"model provider unreachable ({detail})", type=kind)
 
 
 def stream_cut(detail: str) -> ApplicationError:
-    return ApplicationError(f"the reply stream ended early: {detail}", type="ModelStreamCut")
+    return ApplicationError(
+        f"the reply stream ended early: {detail}", type=ModelErrorKind.STREAM_CUT
+    )
 
 
 def malformed(detail: str) -> ApplicationError:
     return ApplicationError(
-        f"model provider sent a malformed reply: {scrub(detail)}", type="ModelResponseInvalid"
+        f"model provider sent a malformed reply: {scrub(detail)}",
+        type=ModelErrorKind.RESPONSE_INVALID,
     )

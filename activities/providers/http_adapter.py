@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 
-from activities.providers.base import ProviderReply
-from activities.providers.errors import error_for_response, error_for_transport, malformed
-from activities.providers.profiles import Profile
+from capstan.activities.providers.base import ProviderReply
+from capstan.activities.providers.errors import error_for_response, error_for_transport, malformed
+from capstan.activities.providers.profiles import Profile
 
 __all__ = ["HttpAdapter"]
 

@@ -17,17 +17,18 @@ from httpx_sse import EventSource
 from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.providers.base import (
+from capstan.activities.providers.base import (
     DeltaSink,
     ProviderReply,
     RenderedMessage,
     WireToolCall,
 )
-from activities.providers.errors import context_overflow, malformed, scrub, stream_cut
-from activities.providers.http_adapter import HttpAdapter
-from activities.providers.json_repair import repair_arguments
-from capstan.messages import Usage
-from capstan.tooling import ToolSpec
+from capstan.activities.providers.errors import context_overflow, malformed, scrub, stream_cut
+from capstan.activities.providers.http_adapter import HttpAdapter
+from capstan.activities.providers.json_repair import repair_arguments
+from capstan.core.messages import Usage
+from capstan.core.model_errors import ModelErrorKind
+from capstan.core.tooling import ToolSpec
 
 __all__ = [
     "OpenAIChat",
@@ -341,7 +342,7 @@ def _finish(reply: ProviderReply) -> ProviderReply:
     if reply.stop_reason == "content_filter":
         raise ApplicationError(
             "the provider's content filter stopped the reply",
-            type="ModelContentFiltered",
+            type=ModelErrorKind.CONTENT_FILTERED,
             non_retryable=True,
         )
     return reply
@@ -352,5 +353,5 @@ def _stream_error(error: Any, secrets: tuple[str, ...]) -> ApplicationError:
     if "context_length" in detail or "maximum context" in detail:
         return context_overflow(detail)
     return ApplicationError(
-        f"the provider reported an error mid-stream: {detail}", type="ModelServerError"
+        f"the provider reported an error mid-stream: {detail}", type=ModelErrorKind.SERVER_ERROR
     )

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
-from capstan.models import ModelChain, ModelInfo, Prices
+from capstan.core.models import ModelChain, ModelInfo, Prices
 
 __all__ = [
     "Profile",

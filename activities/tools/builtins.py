@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.tools.registry import ToolContext, ToolFunction, tool
-from activities.tools.workspace import inside_workspace
-from capstan.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
+from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
+from capstan.activities.tools.workspace import inside_workspace
+from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
 
 __all__ = ["ASK_USER_SPEC", "BUILTIN_TOOLS", "FINISH_SPEC", "LOOP_TOOL_SPECS"]
 

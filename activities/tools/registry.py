@@ -27,8 +27,8 @@ from typing import Any, TypeVar, get_type_hints, overload
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from capstan.blobstore import ContentStore
-from capstan.tooling import FINISH_TOOL, ToolSpec
+from capstan.core.tooling import FINISH_TOOL, ToolSpec
+from capstan.runtime.blobstore import ContentStore
 
 __all__ = ["Tool", "ToolContext", "ToolFunction", "ToolRegistry", "tool"]
 

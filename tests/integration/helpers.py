@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 from temporalio.client import Client, WorkflowHandle
 
-from capstan.config import Settings
+from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider
-from worker import build_worker
+from capstan.worker import build_worker
 
 SECRET_KEY = "sk-test-secret-key-123456"
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"

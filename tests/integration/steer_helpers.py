@@ -8,9 +8,9 @@ from typing import TypeVar
 
 from temporalio.service import RPCError
 
-from capstan.client import CapstanClient
-from capstan.spec import RunStatus
-from capstan.steering import PendingView
+from capstan.client.runs import CapstanClient
+from capstan.core.spec import RunStatus
+from capstan.core.steering import PendingView
 
 T = TypeVar("T")
 

@@ -16,15 +16,15 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from capstan.audit import build_trail, verify_chain
-from capstan.audit_render import render_trail
-from capstan.client import CapstanClient
-from capstan.config import Settings
-from capstan.events import derive_events
-from capstan.history import decode_history, load_histories
-from capstan.spec import ActivityTuning, RunSpec, TerminalReason
+from capstan.audit.events import derive_events
+from capstan.audit.history import decode_history, load_histories
+from capstan.audit.render import render_trail
+from capstan.audit.trail import build_trail, verify_chain
+from capstan.client.runs import CapstanClient
+from capstan.client.transcript import build_transcript
+from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason
+from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
-from capstan.transcript import build_transcript
 from tests.integration.helpers import record_history, run_cli, running_worker
 from tests.integration.steer_helpers import wait_pending
 

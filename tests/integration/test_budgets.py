@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from capstan.client import CapstanClient
-from capstan.spec import ActivityTuning, Budgets, GuardPolicy, RunSpec, TerminalReason
+from capstan.client.runs import CapstanClient
+from capstan.core.spec import ActivityTuning, Budgets, GuardPolicy, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.integration.helpers import record_history, running_worker
 from tests.integration.steer_helpers import wait_status

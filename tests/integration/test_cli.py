@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from capstan.client import CapstanClient
-from capstan.config import Settings
-from capstan.spec import RunSpec, TerminalReason
+from capstan.client.runs import CapstanClient
+from capstan.core.spec import RunSpec, TerminalReason
+from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.integration.helpers import run_cli, running_worker
 from tests.integration.steer_helpers import wait_pending

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from capstan.client import CapstanClient
-from capstan.config import Settings
-from capstan.spec import ActivityTuning, RunResult, RunSpec, TerminalReason
-from capstan.steering import PendingView
+from capstan.client.runs import CapstanClient
+from capstan.client.transcript import StepView, build_transcript
+from capstan.core.spec import ActivityTuning, RunResult, RunSpec, TerminalReason
+from capstan.core.steering import PendingView
+from capstan.core.workflow_io import TranscriptView
+from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
-from capstan.transcript import StepView, build_transcript
-from capstan.workflow_io import TranscriptView
 from tests.integration.helpers import model_env, record_history
 from tests.integration.steer_helpers import wait_pending, wait_status
 

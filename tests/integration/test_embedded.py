@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from capstan.client import CapstanClient, connect_temporal
-from capstan.config import Settings
-from capstan.embedded import EmbeddedServer, EmbeddedServerError
-from capstan.spec import RunSpec, TerminalReason
+from capstan.client.runs import CapstanClient, connect_temporal
+from capstan.core.spec import RunSpec, TerminalReason
+from capstan.runtime.config import Settings
+from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.conftest import free_port
 from tests.integration.helpers import running_worker

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from capstan import loop
-from capstan.client import CapstanClient
-from capstan.spec import ActivityTuning, RunSpec, TerminalReason
+from capstan.client.runs import CapstanClient
+from capstan.core import loop
+from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.integration.helpers import running_worker
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from capstan.client import CapstanClient
-from capstan.config import Settings
-from capstan.spec import GuardPolicy, RunSpec, TerminalReason
+from capstan.client.runs import CapstanClient
+from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason
+from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
 from capstan.testing.history_stats import measure_history
 from tests.integration.helpers import running_worker

@@ -11,11 +11,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from capstan import local_model
-from capstan.client import CapstanClient
-from capstan.config import Settings
-from capstan.spec import ActivityTuning, GuardPolicy, RunSpec, TerminalReason
-from capstan.transcript import build_transcript
+from capstan.client.runs import CapstanClient
+from capstan.client.transcript import build_transcript
+from capstan.core.spec import ActivityTuning, GuardPolicy, RunSpec, TerminalReason
+from capstan.runtime import local_model
+from capstan.runtime.config import Settings
 from tests.conftest import free_port
 from tests.integration.test_crash import start_worker
 
@@ -62,7 +62,7 @@ async def test_real_model_run_calls_a_tool_and_finishes(
 ) -> None:
     import httpx
 
-    from worker import build_worker
+    from capstan.worker import build_worker
 
     settings.workspace_dir.mkdir(parents=True, exist_ok=True)
     (settings.workspace_dir / "notes.txt").write_text(NOTES)

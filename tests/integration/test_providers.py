@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from capstan.client import CapstanClient
-from capstan.spec import ActivityTuning, RunSpec, TerminalReason
+from capstan.client.runs import CapstanClient
+from capstan.client.transcript import build_transcript
+from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.testing.fake_provider import FakeProvider, Fault, call, say
-from capstan.transcript import build_transcript
 from tests.integration.helpers import record_history, running_worker
 
 pytestmark = pytest.mark.server

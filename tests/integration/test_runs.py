@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from capstan.client import CapstanClient
-from capstan.config import Settings
-from capstan.spec import ActivityTuning, FinishMode, RunSpec, TerminalReason
+from capstan.client.runs import CapstanClient
+from capstan.client.transcript import build_transcript
+from capstan.core.spec import ActivityTuning, FinishMode, RunSpec, TerminalReason
+from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, Fault, call, say
-from capstan.transcript import build_transcript
 from tests.integration.helpers import history_events, record_history, running_worker
 
 pytestmark = pytest.mark.server
@@ -173,7 +173,7 @@ async def test_dead_provider_ends_with_model_error(temporal, settings) -> None:
 async def test_no_model_configured_says_what_to_set(temporal, settings) -> None:
     import httpx
 
-    from worker import build_worker
+    from capstan.worker import build_worker
 
     async with httpx.AsyncClient() as http, build_worker(temporal, settings, http, {}):
         client = CapstanClient(temporal, settings)

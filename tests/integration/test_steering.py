@@ -8,12 +8,12 @@ import json
 import pytest
 from temporalio.client import Client
 
-from capstan.client import CapstanClient, RejectedError
-from capstan.config import Settings
-from capstan.spec import ActivityTuning, RunSpec, TerminalReason, ToolRule
-from capstan.steering import Decision
+from capstan.client.runs import CapstanClient, RejectedError
+from capstan.client.transcript import build_transcript
+from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason, ToolRule
+from capstan.core.steering import Decision
+from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
-from capstan.transcript import build_transcript
 from tests.integration.helpers import history_events, record_history, running_worker
 from tests.integration.steer_helpers import wait_pending, wait_status
 

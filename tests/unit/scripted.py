@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from capstan import loop
-from capstan.activity_io import CompactResult, FinishVerdict, ModelReply
-from capstan.content import BlobRef
-from capstan.effects import (
+from capstan.core import loop
+from capstan.core.activity_io import CompactResult, FinishVerdict, ModelReply
+from capstan.core.content import BlobRef
+from capstan.core.effects import (
     AwaitInput,
     Boundary,
     CallModel,
@@ -32,11 +32,11 @@ from capstan.effects import (
     ToolsFinished,
     ToolsLoaded,
 )
-from capstan.messages import Message, ToolCall, Usage
-from capstan.models import ModelChain, ModelInfo
-from capstan.spec import RunResult, RunSpec
-from capstan.state import RunState
-from capstan.tooling import ToolCatalog, ToolInfo, ToolOutcome, ToolSucceeded
+from capstan.core.messages import Message, ToolCall, Usage
+from capstan.core.models import ModelChain, ModelInfo
+from capstan.core.spec import RunResult, RunSpec
+from capstan.core.state import RunState
+from capstan.core.tooling import ToolCatalog, ToolInfo, ToolOutcome, ToolSucceeded
 
 TOOLS = ("finish", "read_file", "write_file", "list_dir", "read_result")
 

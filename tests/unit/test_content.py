@@ -6,12 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from activities.budget import ResultBudget
-from activities.rendering import render
-from capstan.blobstore import BlobIntegrityError, BlobNotFoundError, ContentStore, LocalBlobStore
-from capstan.content import BlobRef
-from capstan.conversation import append_segment, load_conversation
-from capstan.messages import Message, ToolCall
+from capstan.activities.budget import ResultBudget
+from capstan.activities.rendering import render
+from capstan.core.content import BlobRef
+from capstan.core.messages import Message, ToolCall
+from capstan.runtime.blobstore import (
+    BlobIntegrityError,
+    BlobNotFoundError,
+    ContentStore,
+    LocalBlobStore,
+)
+from capstan.runtime.conversation import append_segment, load_conversation
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from capstan.effects import CallModel, CompactContext, ModelFailed
-from capstan.messages import Usage
-from capstan.spec import ContextPolicy, RunSpec, TerminalReason
+from capstan.core.effects import CallModel, CompactContext, ModelFailed
+from capstan.core.messages import Usage
+from capstan.core.spec import ContextPolicy, RunSpec, TerminalReason
 from tests.unit.scripted import Driver, call, chain, reply
 
 SPEC = RunSpec(task="t", max_steps=8)

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from capstan.content import BlobRef
-from capstan.messages import Message, ToolCall, Usage
-from capstan.models import ModelChain, ModelInfo, Prices
-from capstan.spec import Budgets, FinishMode, GuardPolicy, RunSpec, TerminalReason
-from capstan.steering import BudgetGrant
+from capstan.core.content import BlobRef
+from capstan.core.messages import Message, ToolCall, Usage
+from capstan.core.models import ModelChain, ModelInfo, Prices
+from capstan.core.spec import Budgets, FinishMode, GuardPolicy, RunSpec, TerminalReason
+from capstan.core.steering import BudgetGrant
 from tests.unit.scripted import Driver, call, reply
 
 SPEC = RunSpec(task="t", max_steps=30)
@@ -226,7 +226,7 @@ def test_usage_and_cost_sum_over_accepted_replies_only() -> None:
 def test_large_text_reply_with_tool_syntax_uses_its_preview() -> None:
     ref = BlobRef(sha256="a" * 64, size=5000, preview='{"name": "list_dir"}')
     msg = Message(role="assistant", content=ref)
-    from capstan.guards import turn_problem
+    from capstan.core.guards import turn_problem
 
     assert turn_problem(msg, ("list_dir",)) == "printed_tool_call"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from capstan import loop
-from capstan.activity_io import ModelReply
-from capstan.effects import (
+from capstan.core import loop
+from capstan.core.activity_io import ModelReply
+from capstan.core.effects import (
     CallModel,
     CancelRequested,
     ContinueAsNew,
@@ -18,9 +18,9 @@ from capstan.effects import (
     ToolsFinished,
     ToolsLoaded,
 )
-from capstan.messages import ToolCall
-from capstan.spec import FinishMode, RunSpec, TerminalReason
-from capstan.tooling import ToolFailed, ToolSucceeded
+from capstan.core.messages import ToolCall
+from capstan.core.spec import FinishMode, RunSpec, TerminalReason
+from capstan.core.tooling import ToolFailed, ToolSucceeded
 from tests.unit.scripted import Driver, call, catalog, reply, started
 
 SPEC = RunSpec(task="do it", max_steps=5)

@@ -8,8 +8,8 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capstan import loop
-from capstan.effects import (
+from capstan.core import loop
+from capstan.core.effects import (
     AwaitInput,
     Boundary,
     CallModel,
@@ -26,11 +26,11 @@ from capstan.effects import (
     ToolsFinished,
     ToolsLoaded,
 )
-from capstan.messages import ToolCall
-from capstan.spec import Budgets, FinishMode, RunSpec
-from capstan.state import RunState
-from capstan.steering import Decision, LiveMessage, PauseRequest, ResumeRequest
-from capstan.tooling import ToolFailed, ToolSucceeded
+from capstan.core.messages import ToolCall
+from capstan.core.spec import Budgets, FinishMode, RunSpec
+from capstan.core.state import RunState
+from capstan.core.steering import Decision, LiveMessage, PauseRequest, ResumeRequest
+from capstan.core.tooling import ToolFailed, ToolSucceeded
 from tests.unit.scripted import T0, catalog, chain, reply
 
 names = st.sampled_from(["finish", "read_file", "list_dir", "bogus", "write_file"])

@@ -10,11 +10,11 @@ import pytest
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from activities.providers.base import RenderedMessage
-from activities.providers.errors import scrub
-from activities.providers.openai_chat import OpenAIChat
-from activities.providers.profiles import Profile, ProfileError, resolve_profile
-from capstan.tooling import ToolSpec
+from capstan.activities.providers.base import RenderedMessage
+from capstan.activities.providers.errors import scrub
+from capstan.activities.providers.openai_chat import OpenAIChat
+from capstan.activities.providers.profiles import Profile, ProfileError, resolve_profile
+from capstan.core.tooling import ToolSpec
 
 KEY = "sk-live-abcdefghijklmnop"
 PROFILE = Profile(

@@ -12,23 +12,23 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from activities.budget import ResultBudget, apply_budget
-from activities.model import cost_of
-from activities.providers.anthropic import AnthropicMessages
-from activities.providers.base import RenderedCall, RenderedMessage
-from activities.providers.json_repair import repair_arguments
-from activities.providers.openai_chat import OpenAIChat
-from activities.providers.profiles import (
+from capstan.activities.budget import ResultBudget, apply_budget
+from capstan.activities.model import cost_of
+from capstan.activities.providers.anthropic import AnthropicMessages
+from capstan.activities.providers.base import RenderedCall, RenderedMessage
+from capstan.activities.providers.json_repair import repair_arguments
+from capstan.activities.providers.openai_chat import OpenAIChat
+from capstan.activities.providers.profiles import (
     Profile,
     ProfileError,
     load_profiles,
     model_chain,
     resolve_profile,
 )
-from capstan.messages import Usage
-from capstan.models import Prices
+from capstan.core.messages import Usage
+from capstan.core.models import Prices
+from capstan.core.tooling import ToolSpec
 from capstan.testing.wire import Turn, anthropic_events, anthropic_message, openai_chunks
-from capstan.tooling import ToolSpec
 
 KEY = "sk-live-abcdefghijklmnop"
 TOOLS = [ToolSpec(name="list_dir", description="list", parameters={"type": "object"})]

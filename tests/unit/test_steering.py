@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from capstan import loop
-from capstan.effects import (
+from capstan.core import loop
+from capstan.core.effects import (
     AwaitInput,
     Boundary,
     ModelDescribed,
@@ -15,10 +15,10 @@ from capstan.effects import (
     Steered,
     ToolsLoaded,
 )
-from capstan.policy import arguments_hash
-from capstan.spec import RunSpec, TerminalReason, ToolRule
-from capstan.state import RunState
-from capstan.steering import (
+from capstan.core.policy import arguments_hash
+from capstan.core.spec import RunSpec, TerminalReason, ToolRule
+from capstan.core.state import RunState
+from capstan.core.steering import (
     Answer,
     Decision,
     LiveMessage,
@@ -26,7 +26,7 @@ from capstan.steering import (
     ResumeRequest,
     StepGrant,
 )
-from capstan.tooling import ToolInfo
+from capstan.core.tooling import ToolInfo
 from tests.unit.scripted import T0, Driver, call, catalog, chain, reply, started
 
 SPEC = RunSpec(task="t", max_steps=6)

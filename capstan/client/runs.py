@@ -1,0 +1,275 @@
+"""The Python client: start, steer and inspect runs.
+
+Example::
+
+    from capstan import CapstanClient, RunSpec
+
+    capstan = await CapstanClient.connect()          # TEMPORAL_ADDRESS or the embedded default
+    run_id = await capstan.start_run(RunSpec(task="List the workspace and summarise it"))
+    result = await capstan.result(run_id)
+    print(result.terminal_reason, result.output)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Literal
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+
+from capstan.core.activity_table import ActivityName
+from capstan.core.spec import RunResult, RunSpec, RunStatus
+from capstan.core.steering import (
+    STEER,
+    Ack,
+    Answer,
+    BudgetGrant,
+    BudgetName,
+    CancelRequest,
+    Decision,
+    LiveMessage,
+    PauseRequest,
+    PendingView,
+    ResumeRequest,
+    SteeringBase,
+    StepGrant,
+)
+from capstan.core.workflow_io import (
+    REQUESTS_MEMO,
+    WORKFLOW_NAME,
+    AgentInput,
+    OpenRequests,
+    TranscriptView,
+)
+from capstan.runtime.blobstore import ContentStore, LocalBlobStore
+from capstan.runtime.config import Settings
+
+__all__ = ["CapstanClient", "RejectedError", "RunSummary", "SteeringError", "connect_temporal"]
+
+
+class SteeringError(Exception):
+    """A steering call that could not be made (e.g. which request to decide is ambiguous)."""
+
+
+class RejectedError(SteeringError):
+    """The run rejected a validated input (an update); nothing was written to its history."""
+
+
+async def connect_temporal(settings: Settings) -> Client:
+    """A Temporal client with Capstan's data converter (pydantic v2 payloads)."""
+    return await Client.connect(
+        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter
+    )
+
+
+class RunSummary:
+    """One line of `capstan ls`."""
+
+    def __init__(self, run_id: str, status: str, started: str) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.started = started
+
+
+class CapstanClient:
+    """Start and steer agent runs. Every call works while no worker is running."""
+
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> CapstanClient:
+        settings = settings or Settings.from_env()
+        return cls(await connect_temporal(settings), settings)
+
+    def content(self) -> ContentStore:
+        """The blob store, for resolving refs in transcripts and outputs."""
+        return ContentStore(LocalBlobStore(self.settings.blob_dir))
+
+    def handle(self, run_id: str) -> WorkflowHandle[object, RunResult]:
+        return self.client.get_workflow_handle(run_id, result_type=RunResult)
+
+    async def start_run(self, spec: RunSpec) -> str:
+        """Start a run and return its id (the workflow id)."""
+        run_id = spec.run_id or f"run-{uuid.uuid4().hex[:12]}"
+        spec = spec.model_copy(update={"run_id": run_id})
+        await self.client.start_workflow(
+            WORKFLOW_NAME,
+            AgentInput(spec=spec),
+            id=run_id,
+            task_queue=self.settings.task_queue,
+        )
+        return run_id
+
+    async def result(self, run_id: str) -> RunResult:
+        """Wait for the run's result, following continue-as-new."""
+        return await self.handle(run_id).result(follow_runs=True)
+
+    async def status(self, run_id: str) -> RunStatus:
+        status: RunStatus = await self.handle(run_id).query("status", result_type=RunStatus)
+        return status
+
+    async def transcript_view(self, run_id: str) -> TranscriptView:
+        view: TranscriptView = await self.handle(run_id).query(
+            "transcript", result_type=TranscriptView
+        )
+        return view
+
+    # Steering ----------------------------------------------------------------------------------
+    #
+    # Every call sends a signal by default: durable as soon as the server has it, even with no
+    # worker running. `checked=True` sends the validated update twin instead, which needs a
+    # worker and raises RejectedError with the run's reason when the input is refused.
+
+    async def steer(self, run_id: str, item: SteeringBase, checked: bool = False) -> Ack | None:
+        """Send one steering input, filling in a fresh id and this client's identity."""
+        update: dict[str, str] = {}
+        if not item.id:
+            update["id"] = uuid.uuid4().hex
+        if not item.identity:
+            update["identity"] = self.settings.identity
+        item = item.model_copy(update=update)
+        handle = self.handle(run_id)
+        if not checked:
+            await handle.signal(STEER, item)
+            return None
+        try:
+            ack: Ack = await handle.execute_update(STEER, item, result_type=Ack)
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            raise RejectedError(getattr(cause, "message", None) or str(cause or exc)) from None
+        return ack
+
+    async def pending(self, run_id: str, query_timeout: float = 5.0) -> PendingView:
+        """Open approval requests and questions.
+
+        Asks the run (a query, which needs a worker); with no worker answering, reads the
+        requests the run announced in its memo, so a reviewer can still see and decide them.
+        """
+        try:
+            view: PendingView = await asyncio.wait_for(
+                self.handle(run_id).query("pending", result_type=PendingView), query_timeout
+            )
+            return view
+        except (RPCError, TimeoutError):
+            desc = await self.handle(run_id).describe()
+            memo = await desc.memo()
+            raw = memo.get(REQUESTS_MEMO)
+            opened = OpenRequests.model_validate(raw) if raw else OpenRequests()
+            return PendingView(
+                run_id=run_id, approvals=opened.approvals, questions=opened.questions
+            )
+
+    async def decide(
+        self,
+        run_id: str,
+        action: Literal["approve", "deny", "edit", "always"],
+        request_id: str | None = None,
+        *,
+        args_hash: str | None = None,
+        reason: str = "",
+        arguments: str | None = None,
+        checked: bool = False,
+    ) -> Ack | None:
+        """Decide an approval request. Without `request_id` exactly one must be open; without
+        `args_hash` the hash is read from the `pending` query (what the reviewer is shown)."""
+        if request_id is None or args_hash is None:
+            open_requests = (await self.pending(run_id)).approvals
+            if request_id is None:
+                if len(open_requests) != 1:
+                    ids = ", ".join(r.request_id for r in open_requests) or "none"
+                    raise SteeringError(f"name the request to decide; open requests: {ids}")
+                request_id = open_requests[0].request_id
+            match = next((r for r in open_requests if r.request_id == request_id), None)
+            if match is None:
+                raise SteeringError(f"no open approval request {request_id!r} in {run_id}")
+            args_hash = match.args_hash
+        decision = Decision(
+            request_id=request_id,
+            args_hash=args_hash,
+            action=action,
+            reason=reason,
+            arguments=arguments,
+        )
+        return await self.steer(run_id, decision, checked)
+
+    async def cancel(self, run_id: str, reason: str = "", checked: bool = False) -> Ack | None:
+        """Ask the run to end at its next step boundary (terminal reason `cancelled`)."""
+        return await self.steer(run_id, CancelRequest(reason=reason), checked)
+
+    async def pause(self, run_id: str, reason: str = "", checked: bool = False) -> Ack | None:
+        """Stop scheduling activities at the next step boundary until `resume`."""
+        return await self.steer(run_id, PauseRequest(reason=reason), checked)
+
+    async def resume(self, run_id: str, checked: bool = False) -> Ack | None:
+        return await self.steer(run_id, ResumeRequest(), checked)
+
+    async def send_message(
+        self, run_id: str, text: str, message_id: str | None = None, checked: bool = False
+    ) -> Ack | None:
+        """Deliver `text` to the model at its next step (same id twice: delivered once)."""
+        return await self.steer(run_id, LiveMessage(text=text, id=message_id or ""), checked)
+
+    async def answer(
+        self, run_id: str, request_id: str, text: str, checked: bool = False
+    ) -> Ack | None:
+        """Answer an `ask_user` question; the answer becomes the tool's observation."""
+        return await self.steer(run_id, Answer(request_id=request_id, text=text), checked)
+
+    async def grant_steps(self, run_id: str, steps: int, checked: bool = False) -> Ack | None:
+        """Let a run waiting at its step limit take `steps` more (0 ends it `max_steps`)."""
+        return await self.steer(run_id, StepGrant(steps=steps), checked)
+
+    async def live_text(self, run_id: str) -> dict[str, object] | None:
+        """The reply streaming in right now, if any: `{"step", "attempt", "chars", "tail"}`.
+
+        Read from the running model activity's heartbeat details: ephemeral, never in history.
+        A watcher drops what it saw for an attempt once a higher attempt of the step appears.
+        """
+        desc = await self.handle(run_id).describe()
+        converter = self.client.data_converter
+        for pending in desc.raw_description.pending_activities:
+            if pending.activity_type.name != ActivityName.CALL_MODEL:
+                continue
+            payloads = list(pending.heartbeat_details.payloads)
+            if not payloads:
+                return None
+            (details,) = await converter.decode(payloads, [dict])
+            return details if isinstance(details, dict) else None
+        return None
+
+    async def grant_budget(
+        self, run_id: str, budget: BudgetName, amount: float, checked: bool = False
+    ) -> Ack | None:
+        """Add `amount` to a budget of a run waiting because that budget ran out."""
+        return await self.steer(run_id, BudgetGrant(budget=budget, amount=amount), checked)
+
+    async def running_runs(self, limit: int = 200) -> list[str]:
+        query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
+        return [wf.id async for wf in self.client.list_workflows(query, limit=limit)]
+
+    async def is_running(self, run_id: str) -> bool:
+        desc = await self.handle(run_id).describe()
+        return desc.status == WorkflowExecutionStatus.RUNNING
+
+    async def list_runs(self, limit: int = 50) -> AsyncIterator[RunSummary]:
+        query = f"WorkflowType = '{WORKFLOW_NAME}'"
+        seen: set[str] = set()
+        async for wf in self.client.list_workflows(query, limit=limit * 4):
+            if wf.id in seen:
+                continue
+            seen.add(wf.id)
+            status = wf.status.name.lower() if wf.status else "unknown"
+            yield RunSummary(wf.id, status, wf.start_time.isoformat(timespec="seconds"))
+            if len(seen) >= limit:
+                return

@@ -1,0 +1,136 @@
+"""Inputs and outputs of Capstan's activities, shared by the workflow and the activities.
+
+Every field here is recorded in history, so nothing here may hold a secret or unbounded text:
+large content travels as `BlobRef`. Fields are only ever added, with defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from capstan.core.content import BlobRef, Text
+from capstan.core.messages import Message, Usage
+
+__all__ = [
+    "CallModelInput",
+    "CheckFinishInput",
+    "CompactInput",
+    "CompactResult",
+    "CompactionStrategy",
+    "DescribeModelInput",
+    "FinishVerdict",
+    "ListToolsInput",
+    "ModelReply",
+    "RunToolInput",
+]
+
+
+class ListToolsInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    allowed: tuple[str, ...] | None = None
+
+
+class CallModelInput(BaseModel):
+    """One model call: the conversation so far as a chain head plus the messages since then.
+
+    The input has a constant size whatever the step, which keeps history linear in run length.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    step: int
+    profile: str
+    conversation: BlobRef | None
+    new_messages: tuple[Message, ...]
+    tools: BlobRef
+    observation_max_chars: int = 16_000
+    tool_result_max_tokens: int = 30_000
+    tool_result_window_share: float = 0.4
+    tool_result_max_lines: int = 2_000
+    tool_result_max_bytes: int = 100_000
+
+
+class ModelReply(BaseModel):
+    """The assistant's reply, with the new conversation head that includes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    message: Message
+    conversation: BlobRef
+    usage: Usage
+    stop_reason: str
+    model: str
+    latency_ms: int = 0
+    profile: str = ""
+    estimated_input_tokens: int = 0
+    repaired_calls: int = 0
+
+
+class RunToolInput(BaseModel):
+    """One tool call. `idempotency_key` is `workflow_id/step/call_id`, stable across retries."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    step: int
+    call_id: str
+    name: str
+    arguments: Text
+    idempotency_key: str
+
+
+class DescribeModelInput(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    profile: str
+
+
+CompactionStrategy = Literal["warn", "prune", "summarize"]
+
+
+class CompactInput(BaseModel):
+    """Compact the conversation behind `conversation`, keeping the last `keep_turns` turns."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    step: int
+    profile: str
+    conversation: BlobRef
+    strategy: CompactionStrategy
+    keep_turns: int = 4
+    reason: str = ""
+
+
+class CompactResult(BaseModel):
+    """The compacted conversation head (none for `warn`) and what changed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    strategy: CompactionStrategy
+    conversation: BlobRef | None = None
+    tokens_before: int = 0
+    tokens_after: int = 0
+    pruned: int = 0
+    summarized: int = 0
+    nudge: str | None = None
+
+
+class CheckFinishInput(BaseModel):
+    """A `finish` for the worker's finish guard hook to accept or refuse."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    step: int
+    answer: Text
+
+
+class FinishVerdict(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    refusal: str | None = None

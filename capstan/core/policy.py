@@ -1,0 +1,113 @@
+"""Tool policy: who may run what, decided in the pure core from declared risk and configuration.
+
+Order of precedence for one tool: the run's rule (`RunSpec.tool_policy`), then the worker's
+policy file (carried in the tool catalog), then the default (read-only: allow; anything that
+changes state: ask). `auto_approve` turns ask into allow. The Rule of Two then forces `ask` on
+state-changing tools when a run combines untrusted input, sensitive data and state change, unless
+the run waives it. Unknown tools are denied before policy is consulted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Literal
+
+import jsonschema
+
+from capstan.core.content import BlobRef, Text
+from capstan.core.spec import RunSpec
+from capstan.core.tooling import ToolCatalog, ToolInfo
+
+__all__ = [
+    "arguments_hash",
+    "canonical_arguments",
+    "check_arguments",
+    "policy_for",
+    "rule_of_two_applies",
+]
+
+PolicyDecision = Literal["allow", "ask", "deny"]
+
+
+def canonical_arguments(arguments: Text) -> str:
+    """A stable text for hashing: sorted-key compact JSON, or the ref / raw text if not JSON."""
+    if isinstance(arguments, BlobRef):
+        return f"ref:{arguments.sha256}"
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"))
+    except json.JSONDecodeError:
+        return arguments
+
+
+def arguments_hash(tool: str, arguments: Text) -> str:
+    """sha256 of tool name and canonical arguments: what a decision binds to."""
+    return hashlib.sha256(f"{tool}\n{canonical_arguments(arguments)}".encode()).hexdigest()
+
+
+def rule_of_two_applies(catalog: ToolCatalog, spec: RunSpec) -> bool:
+    """True when the run's tools combine untrusted input, sensitive data and state change."""
+    if spec.waive_rule_of_two:
+        return False
+    infos = list(catalog.tools.values())
+    return (
+        any(i.untrusted_output for i in infos)
+        and any(i.sensitive for i in infos)
+        and any(not i.read_only for i in infos)
+    )
+
+
+def policy_for(
+    name: str, info: ToolInfo, spec: RunSpec, rule_of_two: bool
+) -> tuple[PolicyDecision, str]:
+    """The decision for a call of `name` and the reason a reviewer is shown."""
+    rule = spec.tool_policy.get(name)
+    decision: PolicyDecision
+    if rule is not None and rule.decision is not None:
+        decision, reason = rule.decision, f"run policy for {name}: {rule.decision}"
+    elif info.policy in ("allow", "ask", "deny"):
+        decision, reason = info.policy, f"worker policy for {name}: {info.policy}"  # type: ignore[assignment]
+    elif info.read_only:
+        decision, reason = "allow", "read-only tool"
+    else:
+        decision, reason = "ask", f"{name} changes state"
+    if decision == "ask" and spec.auto_approve:
+        decision, reason = "allow", "auto-approved for this run"
+    if rule_of_two and not info.read_only and decision == "allow":
+        decision = "ask"
+        reason = (
+            "Rule of Two: this run combines untrusted input, sensitive data and state change, "
+            "so state-changing calls need approval"
+        )
+    return decision, reason
+
+
+def check_arguments(name: str, info: ToolInfo, spec: RunSpec, arguments: Text) -> str | None:
+    """Why these arguments may not run (schema or a denied pattern), or None."""
+    if isinstance(arguments, BlobRef):
+        return None  # large arguments are validated by the tool activity itself
+    try:
+        value = json.loads(arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return f"arguments are not valid JSON: {exc.msg}"
+    if info.parameters:
+        validator = jsonschema.Draft202012Validator(info.parameters)
+        errors = sorted(
+            validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message)
+        )
+        if errors:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+                for e in errors[:5]
+            )
+            return f"arguments do not match the schema of {name}: {problems}"
+    patterns = dict(info.deny_arguments)
+    rule = spec.tool_policy.get(name)
+    if rule is not None:
+        patterns.update(rule.deny_arguments)
+    for field, pattern in sorted(patterns.items()):
+        field_value = value.get(field) if isinstance(value, dict) else None
+        if isinstance(field_value, str) and re.search(pattern, field_value):
+            return f"policy denies {name} with {field} matching {pattern!r}"
+    return None

@@ -1,0 +1,210 @@
+"""What a run is asked to do (`RunSpec`) and how it ended (`RunResult`, `RunStatus`).
+
+These are the workflow's input and output and the `status` query's answer, so fields are only
+ever added, with defaults, to keep old histories decoding. Pure types only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capstan.core.content import Text
+from capstan.core.messages import Usage
+
+__all__ = [
+    "ActivityTuning",
+    "Budgets",
+    "ContextPolicy",
+    "FinishMode",
+    "GuardPolicy",
+    "Phase",
+    "RunResult",
+    "RunSpec",
+    "RunStatus",
+    "TerminalReason",
+    "ToolRule",
+]
+
+
+class TerminalReason(StrEnum):
+    """Every run ends with exactly one of these."""
+
+    COMPLETED = "completed"
+    MAX_STEPS = "max_steps"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CANCELLED = "cancelled"
+    MODEL_ERROR = "model_error"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    CIRCUIT_BREAKER = "circuit_breaker"
+    FAILED = "failed"
+
+
+class FinishMode(StrEnum):
+    """How a run says it is done.
+
+    `tool`: only a call to the builtin `finish(answer)` completes the run; a text-only reply is
+    nudged. `text`: a reply without tool calls completes the run with its text.
+    """
+
+    TOOL = "tool"
+    TEXT = "text"
+
+
+Phase = Literal["starting", "thinking", "acting", "finished"]
+ExpiryOutcome = Literal["deny", "cancel"]
+
+
+class ToolRule(BaseModel):
+    """Policy for one tool: `allow`, `ask` or `deny`, and argument patterns that are denied.
+
+    Example: ``ToolRule(decision="ask", deny_arguments={"path": r"^secrets/"})``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    decision: Literal["allow", "ask", "deny"] | None = None
+    deny_arguments: dict[str, str] = {}
+
+
+class ActivityTuning(BaseModel):
+    """Timeouts and retries for the run's activities (seconds).
+
+    Defaults suit real providers; tests shorten them so a killed worker is noticed quickly.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    model_start_to_close: float = 300.0
+    model_heartbeat: float = 10.0
+    model_max_attempts: int = 5
+    model_initial_retry: float = 1.0
+    model_max_retry: float = 60.0
+    tool_default_timeout: float = 120.0
+    tool_heartbeat: float = 10.0
+    tool_max_attempts: int = 3
+
+
+class ContextPolicy(BaseModel):
+    """When the context window is managed, as fractions of the usable window (window minus the
+    reply's reserve), and how much of a tool result the model sees.
+
+    ok < `compact_at` (prune old tool outputs) < `warn_at` (one nudge listing what will go) <
+    `emergency_at` (summarise the oldest turns) < `reject_at` (the call is not made:
+    `prompt_too_long`).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    compact_at: float = Field(default=0.70, gt=0, le=1)
+    warn_at: float = Field(default=0.80, gt=0, le=1)
+    emergency_at: float = Field(default=0.90, gt=0, le=1)
+    reject_at: float = Field(default=1.0, gt=0, le=2)
+    keep_turns: int = Field(default=4, ge=1)
+    tool_result_max_tokens: int = Field(default=30_000, ge=100)
+    tool_result_window_share: float = Field(default=0.4, gt=0, le=1)
+    tool_result_max_lines: int = Field(default=2_000, ge=1)
+    tool_result_max_bytes: int = Field(default=100_000, ge=256)
+
+
+class GuardPolicy(BaseModel):
+    """Circuit breaker thresholds, turn-quality and finish guards (see `capstan.core.guards`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    identical_call_nudge: int = 3
+    identical_call_abort: int = 5
+    truncated_abort: int = 3
+    argument_errors_abort: int = 3
+    fruitless_chars: int = 48
+    fruitless_nudge: int = 5
+    fruitless_abort: int = 8
+    similar_window: int = 128
+    similar_nudge: int = 8
+    similar_abort: int = 12
+    #: refuse the first `finish` with this reason (the model sees it); the second is accepted
+    finish_refusal: str | None = None
+    #: refuse the first `finish` unless these tools were called successfully
+    finish_requires: tuple[str, ...] = ()
+    #: one wrap-up nudge when this many steps, or this share of any budget, remain
+    finalize_steps: int = 2
+    finalize_fraction: float = 0.1
+
+
+class Budgets(BaseModel):
+    """Per-run limits. `None` means unlimited. On exhaustion the run ends `budget_exhausted`
+    naming the budget, or, with `wait_for_grant`, waits for a `grant_budget` signal."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_tool_calls: int | None = None
+    max_input_tokens: int | None = None
+    max_output_tokens: int | None = None
+    max_cost_usd: float | None = None
+    max_wall_seconds: float | None = None
+    wait_for_grant: bool = False
+
+
+class RunSpec(BaseModel):
+    """The input of one agent run.
+
+    Example::
+
+        RunSpec(task="Summarise notes.txt", model="default", max_steps=10)
+
+    `model` names a model profile resolved by the worker from its environment; no secret is ever
+    part of a RunSpec.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    task: str
+    system_prompt: str | None = None
+    model: str = "default"
+    allowed_tools: tuple[str, ...] | None = None
+    max_steps: int = Field(default=25, ge=1)
+    finish_mode: FinishMode = FinishMode.TOOL
+    run_id: str | None = None
+    max_nudges: int = Field(default=2, ge=0)
+    tool_concurrency: int = Field(default=4, ge=1)
+    observation_max_chars: int = Field(default=16_000, ge=256)
+    continue_as_new_every: int = Field(default=50, ge=1)
+    tuning: ActivityTuning = ActivityTuning()
+    tool_policy: dict[str, ToolRule] = {}
+    auto_approve: bool = False
+    waive_rule_of_two: bool = False
+    approval_timeout_seconds: float = Field(default=86_400.0, gt=0)
+    approval_expiry: ExpiryOutcome = "deny"
+    wait_for_steps_grant: bool = False
+    context: ContextPolicy = ContextPolicy()
+    guards: GuardPolicy = GuardPolicy()
+    budgets: Budgets = Budgets()
+
+
+class RunStatus(BaseModel):
+    """The answer of the `status` query."""
+
+    run_id: str
+    phase: Phase
+    step: int
+    terminal_reason: TerminalReason | None = None
+    output: Text | None = None
+    error: str | None = None
+    usage: Usage = Usage()
+    continued: int = 0
+    paused: bool = False
+    waiting_for: list[str] = []
+    diagnostics: list[str] = []
+
+
+class RunResult(BaseModel):
+    """How a run ended. Returned by the workflow for every terminal reason (never raised)."""
+
+    run_id: str
+    terminal_reason: TerminalReason
+    output: Text | None = None
+    error: str | None = None
+    steps: int = 0
+    usage: Usage = Usage()

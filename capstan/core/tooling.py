@@ -1,0 +1,100 @@
+"""Tool descriptions as the loop and the model see them, and tool outcomes as they cross the wire.
+
+A tool's outcome is a tagged union (`ToolSucceeded | ToolFailed`), never an activity failure, so
+the model always gets an observation. Pure types only; the registry lives in `activities.tools`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from capstan.core.content import BlobRef, Text
+
+__all__ = [
+    "ASK_USER_TOOL",
+    "FINISH_TOOL",
+    "READ_RESULT_TOOL",
+    "ToolCatalog",
+    "ToolFailed",
+    "ToolFailure",
+    "ToolInfo",
+    "ToolOutcome",
+    "ToolSpec",
+    "ToolSucceeded",
+]
+
+FINISH_TOOL = "finish"
+ASK_USER_TOOL = "ask_user"
+READ_RESULT_TOOL = "read_result"
+
+
+class ToolSpec(BaseModel):
+    """A tool's name, description, JSON schema and operating limits."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    read_only: bool = False
+    timeout_seconds: float | None = None
+    untrusted_output: bool = False
+    sensitive: bool = False
+
+
+class ToolInfo(BaseModel):
+    """What the loop needs to gate a tool: its risk profile, schema and worker policy."""
+
+    model_config = ConfigDict(frozen=True)
+
+    read_only: bool = False
+    untrusted_output: bool = False
+    sensitive: bool = False
+    parameters: dict[str, Any] = {}
+    policy: str | None = None  # allow / ask / deny from the worker's policy file
+    deny_arguments: dict[str, str] = {}
+
+
+class ToolCatalog(BaseModel):
+    """The tools offered to one run, fetched by an activity at run start (so it is in history).
+
+    `specs_ref` points at the full schemas in the blob store; the model activity reads them from
+    there so each model call's input stays small.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    names: tuple[str, ...]
+    timeouts: dict[str, float] = {}
+    specs_ref: BlobRef
+    tools: dict[str, ToolInfo] = {}
+    #: the worker has a finish guard hook (`CAPSTAN_FINISH_GUARD`): finishes are checked by it
+    finish_hook: bool = False
+
+    def timeout_for(self, name: str, default: float) -> float:
+        return self.timeouts.get(name, default)
+
+
+ToolFailure = Literal[
+    "unknown_tool", "invalid_arguments", "error", "timeout", "not_run", "denied", "expired"
+]
+
+
+class ToolSucceeded(BaseModel):
+    kind: Literal["succeeded"] = "succeeded"
+    call_id: str
+    output: Text
+    duration_ms: int = 0
+
+
+class ToolFailed(BaseModel):
+    kind: Literal["failed"] = "failed"
+    call_id: str
+    failure: ToolFailure
+    error: str
+    duration_ms: int = 0
+
+
+ToolOutcome = Annotated[ToolSucceeded | ToolFailed, Field(discriminator="kind")]

@@ -1,0 +1,80 @@
+"""The workflow's public surface: its input, signal payloads and query answers.
+
+Shared by `capstan.workflows.agent` (which defines the handlers) and `capstan.client` (which calls
+them), so both sides agree on names and types. Fields are only ever added, with defaults.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from capstan.core.content import BlobRef
+from capstan.core.messages import Message, ToolCall
+from capstan.core.spec import RunSpec
+from capstan.core.state import RunState
+from capstan.core.steering import ApprovalRecord, ApprovalRequest, CancelRequest, Question
+
+__all__ = [
+    "ANNOUNCE_PATCH",
+    "CANCEL_IN_FLIGHT_PATCH",
+    "CONTEXT_PATCH",
+    "GUARDS_PATCH",
+    "REQUESTS_MEMO",
+    "TOOL_POLICY_PATCH",
+    "WORKFLOW_NAME",
+    "AgentInput",
+    "CancelRequest",
+    "OpenRequests",
+    "TranscriptView",
+]
+
+WORKFLOW_NAME = "AgentWorkflow"
+
+#: `workflow.patched` id of tool policy and approvals. Runs recorded before it run every known
+#: tool at once; replaying them must not start asking for approvals.
+TOOL_POLICY_PATCH = "tool-policy-v1"
+
+#: `workflow.patched` id: a `cancel` signal cancels in-flight activities instead of waiting for
+#: them. Runs recorded before it let the activity finish first.
+CANCEL_IN_FLIGHT_PATCH = "cancel-in-flight-v1"
+
+#: `workflow.patched` id: the model chain is described at run start (`describe_model`) and the
+#: context window is managed (compaction, fallback models). Older runs did neither.
+CONTEXT_PATCH = "context-v1"
+
+#: `workflow.patched` id: open approval requests and questions are announced in the memo
+#: (memo key `REQUESTS_MEMO`), which puts them in history for audits and the event stream.
+ANNOUNCE_PATCH = "announce-requests-v1"
+REQUESTS_MEMO = "capstan_open_requests"
+
+#: `workflow.patched` id: turn-quality nudges, circuit breakers, finish guards and budgets.
+GUARDS_PATCH = "guards-v1"
+
+
+class AgentInput(BaseModel):
+    """The workflow input: the spec, plus the carried state after a continue-as-new."""
+
+    spec: RunSpec
+    carried: RunState | None = None
+
+
+class OpenRequests(BaseModel):
+    """The memo entry announcing what a run waits for (approvals and questions)."""
+
+    approvals: list[ApprovalRequest] = []
+    questions: list[Question] = []
+
+
+class TranscriptView(BaseModel):
+    """Query `transcript`: the conversation head plus what is not yet in the chain.
+
+    The client resolves the chain from the blob store into steps (see `capstan.client.transcript`).
+    """
+
+    conversation: BlobRef | None
+    pending: list[Message]
+    in_flight: list[ToolCall]
+    step: int
+    records: list[ApprovalRecord] = []
+    diagnostics: list[str] = []
+    inbox: list[Message] = []
