@@ -62,6 +62,8 @@ with workflow.unsafe.imports_passed_through():
         CONTEXT_PATCH,
         GUARDS_PATCH,
         REQUESTS_MEMO,
+        TERMINAL_MEMO,
+        TERMINAL_MEMO_PATCH,
         TOOL_POLICY_PATCH,
         WORKFLOW_NAME,
         AgentInput,
@@ -112,7 +114,7 @@ class AgentWorkflow:
                 self._fold(Boundary(now=workflow.now()))
                 effect = self._decide()
                 if isinstance(effect, Finish):
-                    self._count_end(effect.result)
+                    self._ended(effect.result)
                     return effect.result
                 if isinstance(effect, ContinueAsNew):
                     await workflow.wait_condition(workflow.all_handlers_finished)
@@ -130,10 +132,10 @@ class AgentWorkflow:
         except asyncio.CancelledError:
             # A Temporal cancellation request: end with a result, not a failure.
             self._fold(CancelRequested(reason="cancellation requested through Temporal"))
-            return self._final()
+            return self._ended(self._final())
         except _LoopBugError as bug:
             workflow.logger.exception("loop raised; ending the run as failed")
-            return self._failed(bug)
+            return self._ended(self._failed(bug))
 
     # Steering: one signal and one update over the registry's union ---------------------------
 
@@ -213,10 +215,14 @@ class AgentWorkflow:
         self._inputs += 1
         return Ack(applied=True)
 
-    def _count_end(self, result: RunResult) -> None:
-        """Runs by terminal reason (the workflow metric meter is silent during replay)."""
+    def _ended(self, result: RunResult) -> RunResult:
+        """Count the run by terminal reason (the metric meter is silent during replay) and
+        write the reason to the memo, where listings read it."""
         counter = workflow.metric_meter().create_counter("capstan_runs_ended", "runs")
         counter.add(1, {"terminal_reason": result.terminal_reason.value})
+        if workflow.patched(TERMINAL_MEMO_PATCH):
+            workflow.upsert_memo({TERMINAL_MEMO: result.terminal_reason.value})
+        return result
 
     def _announce_requests(self) -> None:
         """Keep the open approval requests and questions in the memo: that puts them in history

@@ -88,6 +88,8 @@ async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     elif args.run_id:
         client = await _client(settings)
         histories = await load_histories(client.client, args.run_id)
+        if not histories:
+            raise CliError(f"no run {args.run_id!r}")
     else:
         raise CliError("name a run or --file HISTORY.json")
     problems = await replay_histories(histories)

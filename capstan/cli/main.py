@@ -13,16 +13,14 @@ import os
 import signal
 import sys
 
-from temporalio.client import WorkflowHistory
-
 from capstan.audit.events import derive_events
-from capstan.audit.history import decode_history, load_histories
+from capstan.audit.follow import HistoryFollower
 from capstan.cli.audit import register_audit
 from capstan.cli.steering import register_steering
 from capstan.cli.support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
 from capstan.cli.support import client_for as _client
 from capstan.cli.support import print_json as _print_json
-from capstan.client.runs import CapstanClient, SteeringError
+from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.transcript import build_transcript
 from capstan.client.watch import format_step, watch_live
 from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
@@ -60,9 +58,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         wait_for_steps_grant=args.grant_steps,
     )
     run_id = await client.start_run(spec)
+    polled = await client.workers_polling()
+    if not polled:
+        print(
+            f"capstan: no worker is polling task queue {settings.task_queue!r}; the run is "
+            "stored and starts when one does (`capstan worker`)",
+            file=sys.stderr,
+        )
     if not args.wait:
         _print_json({"run_id": run_id}) if args.json else print(run_id)
         return EXIT_OK
+    print(f"run {run_id} started; waiting for its result", file=sys.stderr, flush=True)
     result = await client.result(run_id)
     if args.json:
         _print_json(result.model_dump(mode="json"))
@@ -79,6 +85,13 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         return EXIT_OK
     reason = status.terminal_reason.value if status.terminal_reason else "-"
     print(f"run {status.run_id}: phase {status.phase}, step {status.step}, terminal {reason}")
+    if status.waiting_for:
+        print(f"waiting for: {', '.join(status.waiting_for)}")
+    if status.source == "history":
+        print(
+            f"(no worker answered: as of history event {status.as_of_event}; "
+            f"start one with `capstan worker`)"
+        )
     if status.output is not None:
         print(f"output: {client.content().resolve(status.output)}")
     if status.error:
@@ -99,12 +112,12 @@ async def cmd_transcript(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
-    rows = [r async for r in client.list_runs(args.limit)]
+    rows = [r async for r in client.list_runs(args.limit, args.reason)]
     if args.json:
-        _print_json([{"run_id": r.run_id, "status": r.status, "started": r.started} for r in rows])
+        _print_json([r.model_dump(mode="json") for r in rows])
     else:
         for r in rows:
-            print(f"{r.run_id}\t{r.status}\t{r.started}")
+            print(f"{r.run_id}\t{r.terminal_reason or r.status}\t{r.started}")
     return EXIT_OK
 
 
@@ -113,12 +126,17 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
     next_seq = args.start
     live: dict[tuple[int, int], int] = {}
-    closed: dict[str, WorkflowHistory] = {}
+    follower = await HistoryFollower.start(client.client, args.run_id)
+    if follower is None:
+        raise CliError(f"no run {args.run_id!r}")
     while True:
-        histories = await load_histories(client.client, args.run_id, closed)
-        if not histories:
-            raise CliError(f"no run {args.run_id!r}")
-        for event in derive_events([decode_history(h) for h in histories])[next_seq:]:
+        if not await follower.poll(wait=0.5):
+            if follower.closed:
+                return EXIT_OK  # everything from --from on was shown before
+            if not args.json and (text := await watch_live(client, args.run_id, live)):
+                print(f"     ~ step {text.step} (attempt {text.attempt}): {text.text}", flush=True)
+            continue
+        for event in derive_events(follower.entries())[next_seq:]:
             next_seq = event.seq + 1
             if args.json:
                 print(event.model_dump_json(), flush=True)
@@ -127,9 +145,6 @@ async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
                 print(f"{event.seq:>4} {event.kind}{step}  {event.summary}".rstrip(), flush=True)
             if event.kind == "run_ended":
                 return EXIT_OK if event.summary == "completed" else EXIT_RUN_NOT_COMPLETED
-        if not args.json and (text := await watch_live(client, args.run_id, live)) is not None:
-            print(f"     ~ step {text.step} (attempt {text.attempt}): {text.text}", flush=True)
-        await asyncio.sleep(0.4)
 
 
 async def _until_signalled() -> None:
@@ -220,8 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, fn, text)
         p.add_argument("run_id")
         p.add_argument("--json", action="store_true")
-    p = add("ls", cmd_ls, "list runs, newest first")
+    p = add("ls", cmd_ls, "list runs, newest first, with how each ended")
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument(
+        "--reason",
+        choices=[r.value for r in TerminalReason],
+        default=None,
+        help="only runs that ended with this terminal reason",
+    )
     p.add_argument("--json", action="store_true")
     p = add("watch", cmd_watch, "follow a run's events as they happen, until it ends")
     p.add_argument("run_id")
@@ -246,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger().setLevel(logging.INFO)
     try:
         code = asyncio.run(args.fn(args, Settings.from_env()))
-    except (CliError, SteeringError) as exc:
+    except (CliError, CapstanError) as exc:
         print(f"capstan: {exc}", file=sys.stderr)
         code = EXIT_ERROR
     except KeyboardInterrupt:

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 from collections.abc import Callable
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
-from capstan.cli.support import EXIT_OK, CliError, Command, print_json
+from capstan.cli.support import EXIT_OK, CliError, Command, expires_in, print_json
 from capstan.cli.support import client_for as _client
-from capstan.core.steering import STEERING_TYPES, Ack, SteeringBase
+from capstan.client.runs import CapstanError
+from capstan.core.steering import STEERING_TYPES, Ack, PendingView, SteeringBase
+from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import Settings
 
 __all__ = ["input_from_args", "register_steering"]
@@ -35,19 +38,34 @@ def _said(ack: Ack | None, sent: str, applied: str) -> None:
         print(applied if ack.applied else f"{applied}: ignored, {ack.detail}")
 
 
+def _edited_arguments(text: str | None) -> str | None:
+    """`--edit` must be a JSON object: say so here, not after the run ignored it."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CliError(f"approve --edit: not valid JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise CliError("approve --edit: the arguments must be a JSON object")
+    return text
+
+
 async def cmd_approve(args: argparse.Namespace, settings: Settings) -> int:
+    arguments = _edited_arguments(args.edit)
     client = await _client(settings)
     action: Literal["edit", "always", "approve"] = (
         "edit" if args.edit else "always" if args.always else "approve"
     )
+    # with a worker up, decide through the validated update so a rejection is seen now
     ack = await client.decide(
         args.run_id,
         action,
         args.request_id,
         args_hash=args.hash,
-        arguments=args.edit,
+        arguments=arguments,
         reason=args.reason,
-        checked=args.checked,
+        checked=args.checked or await client.workers_polling(),
     )
     what = f"{action} for {args.request_id or 'the open request'} of {args.run_id}"
     _said(ack, f"{what} sent", f"{what} applied")
@@ -62,9 +80,10 @@ async def cmd_deny(args: argparse.Namespace, settings: Settings) -> int:
         args.request_id,
         args_hash=args.hash,
         reason=args.reason,
-        checked=args.checked,
+        checked=args.checked or await client.workers_polling(),
     )
-    _said(ack, f"deny for {args.request_id} sent", f"{args.request_id} denied")
+    what = args.request_id or "the open request"
+    _said(ack, f"deny for {what} of {args.run_id} sent", f"{what} of {args.run_id} denied")
     return EXIT_OK
 
 
@@ -121,27 +140,35 @@ async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     for run_id in run_ids:
         try:
             views.append(await asyncio.wait_for(client.pending(run_id), 10))
-        except Exception as exc:
+        except CapstanError:
             if args.run_id:
-                raise CliError(f"no worker answered for {run_id}: {exc}") from exc
+                raise
+        except Exception as exc:  # one run of many that could not be read: say so, go on
+            if args.run_id:
+                raise CliError(f"could not read what {run_id} waits for: {exc}") from exc
+            print(f"{run_id}  (could not be read: {type(exc).__name__})")
     if args.json:
         print_json([v.model_dump(mode="json") for v in views])
         return EXIT_OK
-    content = client.content()
+    _print_pending(views, client.content())
+    return EXIT_OK
+
+
+def _print_pending(views: list[PendingView], content: ContentStore) -> None:
     for v in views:
         for r in v.approvals:
             print(f"{v.run_id}  approval  {r.request_id}  {r.tool}({content.resolve(r.arguments)})")
-            print(f"    hash {r.args_hash}  expires {r.expires_at.isoformat()}  ({r.reason})")
+            print(f"    hash {r.args_hash}  {expires_in(r.expires_at)}  ({r.reason})")
         for q in v.questions:
             options = f"  options: {', '.join(q.options)}" if q.options else ""
             print(f"{v.run_id}  question  {q.request_id}  {q.question}{options}")
+            print(f"    {expires_in(q.expires_at)}")
         if v.awaiting_steps:
             print(f"{v.run_id}  steps     at its step limit: `capstan grant {v.run_id} N`")
         if v.paused:
             print(f"{v.run_id}  paused    `capstan resume {v.run_id}`")
     if not any(v.approvals or v.questions or v.awaiting_steps or v.paused for v in views):
         print("nothing is waiting")
-    return EXIT_OK
 
 
 def register_steering(add: Adder) -> None:
@@ -172,7 +199,7 @@ def register_steering(add: Adder) -> None:
     p.add_argument("--hash", default=None, help="the arguments hash shown by `pending`")
     p.add_argument("--reason", default="")
     p = steering("deny", cmd_deny, "deny a tool call; the reason is what the model sees")
-    p.add_argument("request_id")
+    p.add_argument("request_id", nargs="?", default=None)
     p.add_argument("--reason", required=True)
     p.add_argument("--hash", default=None, help="the arguments hash shown by `pending`")
     p = add("pending", cmd_pending, "what runs wait for: approvals, questions, steps, resume")

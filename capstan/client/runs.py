@@ -13,19 +13,28 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import Literal
 
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import (
     Client,
+    WorkflowExecution,
+    WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
+from capstan.audit.history import load_histories
+from capstan.audit.snapshot import Snapshot
 from capstan.core.activity_table import ActivityName
 from capstan.core.spec import RunResult, RunSpec, RunStatus
 from capstan.core.steering import (
@@ -45,6 +54,7 @@ from capstan.core.steering import (
 )
 from capstan.core.workflow_io import (
     REQUESTS_MEMO,
+    TERMINAL_MEMO,
     WORKFLOW_NAME,
     AgentInput,
     OpenRequests,
@@ -53,10 +63,26 @@ from capstan.core.workflow_io import (
 from capstan.runtime.blobstore import ContentStore, LocalBlobStore
 from capstan.runtime.config import Settings
 
-__all__ = ["CapstanClient", "RejectedError", "RunSummary", "SteeringError", "connect_temporal"]
+__all__ = [
+    "CapstanClient",
+    "CapstanError",
+    "RejectedError",
+    "RunNotFoundError",
+    "RunSummary",
+    "SteeringError",
+    "connect_temporal",
+]
 
 
-class SteeringError(Exception):
+class CapstanError(Exception):
+    """A client call that could not be made, in one clear line."""
+
+
+class RunNotFoundError(CapstanError):
+    """No run has this id."""
+
+
+class SteeringError(CapstanError):
     """A steering call that could not be made (e.g. which request to decide is ambiguous)."""
 
 
@@ -71,13 +97,13 @@ async def connect_temporal(settings: Settings) -> Client:
     )
 
 
-class RunSummary:
-    """One line of `capstan ls`."""
+class RunSummary(BaseModel):
+    """One line of `capstan ls`: Temporal's status and, once it ended, the run's own reason."""
 
-    def __init__(self, run_id: str, status: str, started: str) -> None:
-        self.run_id = run_id
-        self.status = status
-        self.started = started
+    run_id: str
+    status: str
+    started: str
+    terminal_reason: str | None = None
 
 
 class CapstanClient:
@@ -115,15 +141,62 @@ class CapstanClient:
         """Wait for the run's result, following continue-as-new."""
         return await self.handle(run_id).result(follow_runs=True)
 
-    async def status(self, run_id: str) -> RunStatus:
-        status: RunStatus = await self.handle(run_id).query("status", result_type=RunStatus)
-        return status
+    async def describe(self, run_id: str) -> WorkflowExecutionDescription:
+        """The run's latest execution; `RunNotFoundError` names an unknown id."""
+        try:
+            return await self.handle(run_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                raise RunNotFoundError(f"no run {run_id!r}") from None
+            raise
 
-    async def transcript_view(self, run_id: str) -> TranscriptView:
-        view: TranscriptView = await self.handle(run_id).query(
-            "transcript", result_type=TranscriptView
+    async def workers_polling(self) -> bool:
+        """Whether any worker polls this client's task queue (recently: Temporal keeps a
+        poller listed for a while after its worker died)."""
+        request = DescribeTaskQueueRequest(
+            namespace=self.client.namespace,
+            task_queue=TaskQueue(name=self.settings.task_queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
-        return view
+        response = await self.client.workflow_service.describe_task_queue(request)
+        return bool(response.pollers)
+
+    async def status(self, run_id: str, query_timeout: float = 5.0) -> RunStatus:
+        """Phase, step, terminal reason, output and usage. Never needs a worker: a closed run
+        answers from its result, a running one from its worker or, with none answering, from
+        its history (`source` says which)."""
+        desc = await self.describe(run_id)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return await self._closed_status(run_id, desc)
+        if await self.workers_polling():
+            with contextlib.suppress(RPCError, TimeoutError):
+                return await asyncio.wait_for(
+                    self.handle(run_id).query("status", result_type=RunStatus), query_timeout
+                )
+        return Snapshot(run_id, await load_histories(self.client, run_id)).status(None)
+
+    async def _closed_status(self, run_id: str, desc: WorkflowExecutionDescription) -> RunStatus:
+        histories = await load_histories(self.client, run_id)
+        snap = Snapshot(run_id, histories)
+        if desc.status == WorkflowExecutionStatus.COMPLETED:
+            return snap.status(await self.result(run_id))
+        ended = desc.status.name.lower() if desc.status else "closed"
+        return snap.status(None).model_copy(
+            update={"phase": "finished", "error": f"the workflow ended {ended} outside Capstan"}
+        )
+
+    async def transcript_view(self, run_id: str, query_timeout: float = 5.0) -> TranscriptView:
+        """Every step so far. Asks the run's worker; with none answering, rebuilds the view
+        from history (the conversation up to the last model reply plus tool results since)."""
+        await self.describe(run_id)
+        if await self.workers_polling():
+            with contextlib.suppress(RPCError, TimeoutError):
+                view: TranscriptView = await asyncio.wait_for(
+                    self.handle(run_id).query("transcript", result_type=TranscriptView),
+                    query_timeout,
+                )
+                return view
+        return Snapshot(run_id, await load_histories(self.client, run_id)).transcript()
 
     # Steering ----------------------------------------------------------------------------------
     #
@@ -131,8 +204,13 @@ class CapstanClient:
     # worker running. `checked=True` sends the validated update twin instead, which needs a
     # worker and raises RejectedError with the run's reason when the input is refused.
 
-    async def steer(self, run_id: str, item: SteeringBase, checked: bool = False) -> Ack | None:
-        """Send one steering input, filling in a fresh id and this client's identity."""
+    async def steer(
+        self, run_id: str, item: SteeringBase, checked: bool = False, update_timeout: float = 15.0
+    ) -> Ack | None:
+        """Send one steering input, filling in a fresh id and this client's identity.
+
+        `checked` sends the validated update; if no worker takes it within `update_timeout`
+        seconds the same input goes as a signal instead (and None is returned)."""
         update: dict[str, str] = {}
         if not item.id:
             update["id"] = uuid.uuid4().hex
@@ -140,14 +218,28 @@ class CapstanClient:
             update["identity"] = self.settings.identity
         item = item.model_copy(update=update)
         handle = self.handle(run_id)
-        if not checked:
-            await handle.signal(STEER, item)
-            return None
         try:
-            ack: Ack = await handle.execute_update(STEER, item, result_type=Ack)
+            if not checked:
+                await handle.signal(STEER, item)
+                return None
+            try:
+                ack: Ack = await asyncio.wait_for(
+                    handle.execute_update(STEER, item, result_type=Ack), update_timeout
+                )
+            except TimeoutError:
+                # no worker took the update in time: the signal (same id, applied once) is
+                # durable and waits for one
+                await handle.signal(STEER, item)
+                return None
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
             raise RejectedError(getattr(cause, "message", None) or str(cause or exc)) from None
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            desc = await self.describe(run_id)  # raises RunNotFoundError for an unknown id
+            ended = desc.status.name.lower() if desc.status else "closed"
+            raise SteeringError(f"run {run_id!r} has already ended ({ended})") from None
         return ack
 
     async def pending(self, run_id: str, query_timeout: float = 5.0) -> PendingView:
@@ -155,20 +247,21 @@ class CapstanClient:
 
         Asks the run (a query, which needs a worker); with no worker answering, reads the
         requests the run announced in its memo, so a reviewer can still see and decide them.
+        A closed run waits for nothing.
         """
-        try:
-            view: PendingView = await asyncio.wait_for(
-                self.handle(run_id).query("pending", result_type=PendingView), query_timeout
-            )
-            return view
-        except (RPCError, TimeoutError):
-            desc = await self.handle(run_id).describe()
-            memo = await desc.memo()
-            raw = memo.get(REQUESTS_MEMO)
-            opened = OpenRequests.model_validate(raw) if raw else OpenRequests()
-            return PendingView(
-                run_id=run_id, approvals=opened.approvals, questions=opened.questions
-            )
+        desc = await self.describe(run_id)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            return PendingView(run_id=run_id)
+        if await self.workers_polling():
+            with contextlib.suppress(RPCError, TimeoutError):
+                view: PendingView = await asyncio.wait_for(
+                    self.handle(run_id).query("pending", result_type=PendingView), query_timeout
+                )
+                return view
+        memo = await desc.memo()
+        raw = memo.get(REQUESTS_MEMO)
+        opened = OpenRequests.model_validate(raw) if raw else OpenRequests()
+        return PendingView(run_id=run_id, approvals=opened.approvals, questions=opened.questions)
 
     async def decide(
         self,
@@ -259,17 +352,40 @@ class CapstanClient:
         return [wf.id async for wf in self.client.list_workflows(query, limit=limit)]
 
     async def is_running(self, run_id: str) -> bool:
-        desc = await self.handle(run_id).describe()
+        desc = await self.describe(run_id)
         return desc.status == WorkflowExecutionStatus.RUNNING
 
-    async def list_runs(self, limit: int = 50) -> AsyncIterator[RunSummary]:
+    async def list_runs(
+        self, limit: int = 50, terminal_reason: str | None = None
+    ) -> AsyncIterator[RunSummary]:
+        """Runs, newest first; with `terminal_reason`, only the runs that ended so."""
         query = f"WorkflowType = '{WORKFLOW_NAME}'"
         seen: set[str] = set()
-        async for wf in self.client.list_workflows(query, limit=limit * 4):
+        shown = 0
+        async for wf in self.client.list_workflows(query):
             if wf.id in seen:
-                continue
+                continue  # an earlier run of a continue-as-new chain
             seen.add(wf.id)
-            status = wf.status.name.lower() if wf.status else "unknown"
-            yield RunSummary(wf.id, status, wf.start_time.isoformat(timespec="seconds"))
-            if len(seen) >= limit:
+            summary = RunSummary(
+                run_id=wf.id,
+                status=wf.status.name.lower() if wf.status else "unknown",
+                started=wf.start_time.isoformat(timespec="seconds"),
+                terminal_reason=await self._terminal_reason(wf),
+            )
+            if terminal_reason is not None and summary.terminal_reason != terminal_reason:
+                continue
+            yield summary
+            shown += 1
+            if shown >= limit:
                 return
+
+    async def _terminal_reason(self, wf: WorkflowExecution) -> str | None:
+        """From the memo; runs from before it was written there answer from their result."""
+        if wf.status != WorkflowExecutionStatus.COMPLETED:
+            return None
+        reason = (await wf.memo()).get(TERMINAL_MEMO)
+        if isinstance(reason, str):
+            return reason
+        handle = self.client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=RunResult)
+        result: RunResult = await handle.result(follow_runs=False)
+        return str(result.terminal_reason.value)

@@ -197,6 +197,10 @@ class RunStatus(BaseModel):
     paused: bool = False
     waiting_for: list[str] = []
     diagnostics: list[str] = []
+    #: where the answer came from: the run's worker (a query), its result (a closed run), or
+    #: its history when no worker answered (then `as_of_event` is the last event read)
+    source: Literal["worker", "result", "history"] = "worker"
+    as_of_event: int | None = None
 
 
 class RunResult(BaseModel):

@@ -20,6 +20,8 @@ __all__ = [
     "CONTEXT_PATCH",
     "GUARDS_PATCH",
     "REQUESTS_MEMO",
+    "TERMINAL_MEMO",
+    "TERMINAL_MEMO_PATCH",
     "TOOL_POLICY_PATCH",
     "WORKFLOW_NAME",
     "AgentInput",
@@ -49,6 +51,11 @@ REQUESTS_MEMO = "capstan_open_requests"
 
 #: `workflow.patched` id: turn-quality nudges, circuit breakers, finish guards and budgets.
 GUARDS_PATCH = "guards-v1"
+
+#: `workflow.patched` id: a run's terminal reason is written to its memo (key `TERMINAL_MEMO`)
+#: as it ends, so `capstan ls` shows and filters it without fetching every result.
+TERMINAL_MEMO_PATCH = "terminal-memo-v1"
+TERMINAL_MEMO = "capstan_terminal_reason"
 
 
 class AgentInput(BaseModel):
