@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
 from typing import Any
+
+from pydantic import BaseModel
 
 from capstan.audit.history import Entry
 from capstan.core.activity_table import ActivityName
@@ -30,6 +33,7 @@ class _Builder:
         self.content = content
         self.issues: list[str] = []
         self._bad: list[str] = []
+        self._verified: set[str] = set()
 
     def text(self, value: Text | None) -> str | None:
         if value is None:
@@ -43,12 +47,21 @@ class _Builder:
             return f"[blob {value.sha256} unavailable: {exc}]"
 
     def check(self, ref: BlobRef | None) -> None:
-        if ref is None:
+        if ref is None or ref.sha256 in self._verified:
             return
         try:
             self.content.read_bytes(ref.sha256)
         except BlobError as exc:
             self._bad.append(f"blob {ref.sha256}: {exc}")
+        else:
+            self._verified.add(ref.sha256)
+
+    def check_all(self, *values: Any) -> None:
+        """Verify every blob these values reference, however deep (the tool catalog a model
+        was offered, chain heads, outputs): nothing a run points at goes unchecked."""
+        for value in values:
+            for ref in _refs(value):
+                self.check(ref)
 
     def finish(self, record: dict[str, Any]) -> dict[str, Any]:
         if self._bad:
@@ -56,6 +69,20 @@ class _Builder:
             self.issues.extend(f"{record['kind']} at {record['time']}: {b}" for b in self._bad)
             self._bad = []
         return record
+
+
+def _refs(value: Any) -> Iterator[BlobRef]:
+    if isinstance(value, BlobRef):
+        yield value
+    elif isinstance(value, BaseModel):
+        for name in type(value).model_fields:
+            yield from _refs(getattr(value, name))
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            yield from _refs(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _refs(item)
 
 
 def _dump(value: Any) -> Any:
@@ -157,6 +184,7 @@ def _input(b: _Builder, e: Entry) -> dict[str, Any]:
 
 
 def _record(b: _Builder, e: Entry) -> dict[str, Any]:
+    b.check_all(e.data, e.result)
     if e.kind == "activity":
         rec = _activity(b, e)
     elif e.kind in ("signal", "update"):
