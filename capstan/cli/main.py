@@ -24,6 +24,7 @@ from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.transcript import build_transcript
 from capstan.client.watch import format_step, watch_live
 from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
+from capstan.runtime.blobstore import BlobError
 from capstan.runtime.config import Settings
 
 __all__ = ["main"]
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger().setLevel(logging.INFO)
     try:
         code = asyncio.run(args.fn(args, Settings.from_env()))
-    except (CliError, CapstanError) as exc:
+    except (CliError, CapstanError, BlobError) as exc:
         print(f"capstan: {exc}", file=sys.stderr)
         code = EXIT_ERROR
     except KeyboardInterrupt:

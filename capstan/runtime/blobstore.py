@@ -24,6 +24,7 @@ __all__ = [
     "BlobIntegrityError",
     "BlobNotFoundError",
     "BlobStore",
+    "BlobStoreMissingError",
     "ContentStore",
     "LocalBlobStore",
 ]
@@ -34,12 +35,17 @@ class BlobError(Exception):
 
     BlobError
     ├── BlobNotFoundError   the hash is not in the store
+    │   └── BlobStoreMissingError  there is no store at all where one was expected
     └── BlobIntegrityError  the stored bytes do not hash to their name
     """
 
 
 class BlobNotFoundError(BlobError):
     pass
+
+
+class BlobStoreMissingError(BlobNotFoundError):
+    """The store itself is missing (a wrong data directory), which is not tampering."""
 
 
 class BlobIntegrityError(BlobError):
@@ -62,8 +68,7 @@ class LocalBlobStore:
     """Blobs as files `<root>/<aa>/<rest of hash>`, written atomically."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        root.mkdir(parents=True, exist_ok=True)
+        self.root = root  # created by the first write: a reader never makes directories
 
     def _path(self, sha256: str) -> Path:
         if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
@@ -91,6 +96,8 @@ class LocalBlobStore:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
+            if not self.root.is_dir():
+                raise BlobStoreMissingError(f"blob store not found at {self.root}") from None
             raise BlobNotFoundError(f"blob {sha256} is missing from {self.root}") from None
         if hashlib.sha256(data).hexdigest() != sha256:
             raise BlobIntegrityError(f"blob {sha256} was altered: its content no longer matches")

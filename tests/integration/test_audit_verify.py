@@ -3,6 +3,9 @@ was offered, and a missing blob store is named, not reported as tampering."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 import pytest
 from temporalio.client import Client
 
@@ -13,7 +16,7 @@ from capstan.core.spec import RunSpec, TerminalReason
 from capstan.core.tooling import ToolCatalog
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
-from tests.integration.helpers import running_worker
+from tests.integration.helpers import run_cli, running_worker
 
 pytestmark = pytest.mark.server
 
@@ -34,3 +37,19 @@ async def test_an_altered_tool_catalog_is_detected(temporal: Client, settings: S
     path.write_bytes(path.read_bytes().replace(b"list_dir", b"rm_rf_dir", 1))
     _, issues = build_trail(runs, client.content())
     assert any(ref.sha256 in issue for issue in issues), issues
+
+
+async def test_a_missing_blob_store_is_named_not_called_tampering(
+    temporal: Client, settings: Settings, tmp_path: Path
+) -> None:
+    script = [say(call("write_file", path="big.txt", content="x" * 5000)), say(call("finish"))]
+    client = CapstanClient(temporal, settings)
+    with FakeProvider(script) as fake:
+        async with running_worker(temporal, settings, fake):
+            run_id = await client.start_run(RunSpec(task="write", auto_approve=True))
+            await client.result(run_id)
+    elsewhere = settings.model_copy(update={"data_dir": tmp_path / "not-the-data-dir"})
+    out = await asyncio.to_thread(run_cli, elsewhere, "audit", run_id, "--verify")
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert out.stderr.strip() == f"capstan: blob store not found at {elsewhere.blob_dir}"
+    assert not elsewhere.data_dir.exists()  # a read never creates directories
