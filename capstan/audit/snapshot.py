@@ -146,6 +146,7 @@ class Snapshot:
                         identity=item.identity or e.identity,
                         at=e.time,
                         args_hash=item.args_hash,
+                        executed_arguments=item.arguments if item.action == "edit" else None,
                         reason=item.reason,
                     )
                 )

@@ -17,9 +17,13 @@ __all__ = ["StepView", "ToolCallView", "build_transcript"]
 
 
 class ToolCallView(BaseModel):
+    """One tool call: the arguments the model asked for and, when a reviewer edited them, the
+    arguments it ran with (both are kept: the audit and the reader see what changed)."""
+
     call_id: str
     name: str
     arguments: str
+    executed_arguments: str | None = None
     observation: str | None = None
 
 
@@ -42,6 +46,9 @@ def build_transcript(content: ContentStore, view: TranscriptView) -> list[StepVi
         _fold(content, message, steps, calls)
     by_step = {s.step: s for s in steps}
     for record in view.records:
+        call = calls.get(record.request_id.rsplit("/", 1)[-1])
+        if record.action == "edit" and call is not None and record.executed_arguments is not None:
+            call.executed_arguments = content.resolve(record.executed_arguments)
         step = by_step.get(_step_of(record.request_id))
         if step is not None:
             who = f" by {record.identity}" if record.identity else ""

@@ -41,6 +41,8 @@ def format_step(step: StepView) -> list[str]:
         lines.append(f"  thought: {_short(step.thought)}")
     for c in step.tool_calls:
         lines.append(f"  call    {c.name}({_short(c.arguments, 120)})")
+        if c.executed_arguments is not None:
+            lines.append(f"  edited  {c.name}({_short(c.executed_arguments, 120)})  (ran with)")
         if c.observation is not None:
             lines.append(f"  result  {_short(c.observation)}")
     lines.extend(f"  {_short(n)}" for n in step.notes)
