@@ -26,8 +26,22 @@ from capstan.client.watch import format_step, watch_live
 from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
 from capstan.runtime.blobstore import BlobError
 from capstan.runtime.config import Settings
+from capstan.runtime.embedded import (
+    UI_PORT_OFFSET,
+    EmbeddedServer,
+    EmbeddedServerError,
+    running_ui,
+)
 
 __all__ = ["main"]
+
+
+def _ui_link(settings: Settings, run_id: str) -> str | None:
+    """The run's page in the embedded server's Web UI, when that UI is up."""
+    if not settings.embedded:
+        return None
+    ui = running_ui("127.0.0.1", settings.embedded_port)
+    return f"{ui}/namespaces/{settings.namespace}/workflows/{run_id}" if ui else None
 
 
 def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
@@ -59,6 +73,8 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
         wait_for_steps_grant=args.grant_steps,
     )
     run_id = await client.start_run(spec)
+    if link := _ui_link(settings, run_id):
+        print(f"web UI: {link}", file=sys.stderr)
     polled = await client.workers_polling()
     if not polled:
         print(
@@ -88,6 +104,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     print(f"run {status.run_id}: phase {status.phase}, step {status.step}, terminal {reason}")
     if status.waiting_for:
         print(f"waiting for: {', '.join(status.waiting_for)}")
+    if link := _ui_link(settings, args.run_id):
+        print(f"web UI: {link}")
     if status.source == "history":
         print(
             f"(no worker answered: as of history event {status.as_of_event}; "
@@ -157,16 +175,23 @@ async def _until_signalled() -> None:
 
 
 async def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
-    from capstan.runtime.embedded import EmbeddedServer
-
     if not settings.embedded:
         raise CliError("TEMPORAL_ADDRESS is set: there is no embedded server to run")
-    async with EmbeddedServer(settings.data_dir, settings.embedded_port) as server:
-        state = "already running at" if server.reused else "listening on"
-        print(
-            f"Temporal dev server {state} {server.address} (data: {settings.data_dir})", flush=True
-        )
-        await _until_signalled()
+    ui_port = None if args.no_ui else args.ui_port or settings.embedded_port + UI_PORT_OFFSET
+    try:
+        async with EmbeddedServer(settings.data_dir, settings.embedded_port, ui_port=ui_port) as s:
+            state = "already running at" if s.reused else "listening on"
+            print(
+                f"Temporal dev server {state} {s.address} (data: {settings.data_dir})", flush=True
+            )
+            ui = s.ui_url if not s.reused else running_ui("127.0.0.1", s.port)
+            if ui:
+                print(
+                    f"Temporal Web UI: {ui}/namespaces/{settings.namespace}/workflows", flush=True
+                )
+            await _until_signalled()
+    except EmbeddedServerError as exc:
+        raise CliError(str(exc)) from None
     return EXIT_OK
 
 
@@ -252,7 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_steering(add)
     register_audit(add)
-    add("server", cmd_server, "run the embedded Temporal dev server in the foreground")
+    p = add("server", cmd_server, "run the embedded Temporal dev server (and its Web UI)")
+    p.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port+1000)")
+    p.add_argument("--no-ui", action="store_true", help="run without the Web UI")
     add("worker", cmd_worker, "run a worker (starting the embedded server if needed)")
     p = add("model", cmd_model_serve, "serve the bundled offline model: `capstan model serve`")
     p.add_argument("action", choices=["serve"])

@@ -22,7 +22,17 @@ from temporalio.client import Client
 
 from capstan.runtime.processes import stop_process
 
-__all__ = ["EmbeddedServer", "EmbeddedServerError", "find_temporal_binary", "temporal_answers"]
+__all__ = [
+    "UI_PORT_OFFSET",
+    "EmbeddedServer",
+    "EmbeddedServerError",
+    "find_temporal_binary",
+    "running_ui",
+    "temporal_answers",
+]
+
+#: The Web UI listens on the gRPC port + 1000 by default (7233 -> 8233), as `temporal` does.
+UI_PORT_OFFSET = 1000
 
 # Without this the dev server polls its transfer queue 20 times a second, which puts every
 # workflow task on a 50 ms grid (measured: an activity round trip falls from ~48 ms to ~14 ms).
@@ -66,6 +76,12 @@ async def temporal_answers(address: str, timeout: float = 3.0) -> bool:
     return True
 
 
+def running_ui(host: str, port: int) -> str | None:
+    """The URL of the embedded server's Web UI when one answers at its default port."""
+    ui_port = port + UI_PORT_OFFSET
+    return f"http://{host}:{ui_port}" if _port_open(host, ui_port) else None
+
+
 class EmbeddedServer:
     """Start (or reuse) a local dev server; stop it on exit if we started it.
 
@@ -75,16 +91,23 @@ class EmbeddedServer:
             client = await Client.connect(server.address)
     """
 
-    def __init__(self, data_dir: Path, port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, data_dir: Path, port: int, host: str = "127.0.0.1", ui_port: int | None = None
+    ) -> None:
         self.data_dir = data_dir
         self.port = port
         self.host = host
+        self.ui_port = ui_port  # None: headless (tests, workers); else the Web UI's port
         self.process: subprocess.Popen[bytes] | None = None
         self.reused = False
 
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        return f"http://{self.host}:{self.ui_port}" if self.ui_port is not None else None
 
     @property
     def log_path(self) -> Path:
@@ -95,7 +118,7 @@ class EmbeddedServer:
             find_temporal_binary(),
             "server",
             "start-dev",
-            "--headless",
+            *self._ui_flags(),
             "--ip",
             self.host,
             "--port",
@@ -109,10 +132,21 @@ class EmbeddedServer:
             cmd += ["--dynamic-config-value", value]
         return cmd
 
+    def _ui_flags(self) -> list[str]:
+        if self.ui_port is None:
+            return ["--headless"]
+        # the news feed is fetched from the internet: off, so the UI works on closed networks
+        return ["--ui-ip", self.host, "--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+
     async def start(self, timeout: float = 60.0) -> None:
         if await temporal_answers(self.address, timeout=2.0):
             self.reused = True
             return
+        if self.ui_port is not None and _port_open(self.host, self.ui_port):
+            raise EmbeddedServerError(
+                f"the Web UI port {self.ui_port} on {self.host} is in use; "
+                "choose another with --ui-port or turn the UI off with --no-ui"
+            )
         if _port_open(self.host, self.port):
             raise EmbeddedServerError(
                 f"port {self.port} on {self.host} is in use by something that is not a Temporal "
