@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench setup histories clean
+.PHONY: demo test lint bench setup system-deps histories clean
 
 # llama-cpp-python builds from source (about 8 minutes on 2 cores, then pip caches the wheel).
 # Its default build targets the build machine's exact CPU and crashed on prompts longer than
@@ -13,10 +13,17 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=O
 $(BIN)/capstan: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "installing capstan and its dependencies"
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@$(BIN)/python -c "import llama_cpp" 2>/dev/null || echo "building the local model runtime (llama-cpp-python): about 8 minutes on 2 cores, once; pip caches it"
 	$(BIN)/python -m pip install --quiet -e '.[dev,local]'
 	touch $@
 
 setup: $(BIN)/capstan
+
+# Debian packages some tests use (chromium); installs what is missing when run as root.
+system-deps:
+	bash .ci/system-deps
 
 demo: setup
 	$(BIN)/capstan demo
@@ -27,7 +34,7 @@ lint: setup
 	$(BIN)/python -m mypy
 	$(BIN)/lint-imports
 
-test: lint
+test: system-deps lint
 	$(BIN)/python -m pytest
 
 bench: setup
