@@ -1,7 +1,9 @@
 """The composition root: configuration -> Temporal client -> worker. No logic lives here.
 
-`python worker.py` is the same as `capstan worker`. With no `TEMPORAL_ADDRESS` set, the embedded
-dev server is started (or reused) first and stopped on exit.
+`python worker.py` is the same as `capstan worker`. With no Temporal address configured
+(`TEMPORAL_ADDRESS` or a `temporal.toml` profile), the embedded dev server is started (or
+reused) first and stopped on exit. A setting that cannot be used stops the worker at start with
+one line naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib
 import logging
 import os
 import signal
+import sys
 import tomllib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import httpx
 from opentelemetry.trace import TracerProvider
+from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import Worker
@@ -33,10 +37,12 @@ from capstan.activities.tools.registry import ToolRegistry
 from capstan.client.runs import connect_temporal
 from capstan.core.spec import ToolRule
 from capstan.runtime.blobstore import ContentStore, LocalBlobStore
-from capstan.runtime.config import Settings
-from capstan.runtime.embedded import EmbeddedServer
+from capstan.runtime.config import ConfigError, ModelSettings, Settings
+from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
+from capstan.runtime.environment import validation_summary
 from capstan.runtime.local_model import local_model_env
 from capstan.runtime.telemetry import Instruments, configure_from_env
+from capstan.runtime.temporal_connection import TemporalConnectError
 from capstan.workflows.agent import AgentWorkflow
 
 __all__ = [
@@ -58,7 +64,7 @@ def build_registry(tools_module: str | None) -> ToolRegistry:
     for spec in LOOP_TOOL_SPECS:
         registry.add_spec(spec)
     if tools_module:
-        module = importlib.import_module(tools_module)
+        module = _import(tools_module, "CAPSTAN_TOOLS")
         for fn in getattr(module, "tools", []):
             registry.add(fn)
     return registry
@@ -128,8 +134,19 @@ def load_finish_guard(spec: str | None) -> FinishGuard | None:
     if not spec:
         return None
     module_name, _, attr = spec.partition(":")
-    guard: FinishGuard = getattr(importlib.import_module(module_name), attr or "finish_guard")
+    guard: FinishGuard | None = getattr(
+        _import(module_name, "CAPSTAN_FINISH_GUARD"), attr or "finish_guard", None
+    )
+    if not callable(guard):
+        raise ConfigError(f"CAPSTAN_FINISH_GUARD={spec}: {module_name} has no function {attr!r}")
     return guard
+
+
+def _import(module_name: str, variable: str) -> object:
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{variable}={module_name}: cannot import it: {exc}") from exc
 
 
 def load_policy(path: Path | None) -> dict[str, ToolRule]:
@@ -143,14 +160,26 @@ def load_policy(path: Path | None) -> dict[str, ToolRule]:
     """
     if path is None:
         return {}
-    with path.open("rb") as fh:
-        data = tomllib.load(fh)
-    return {name: ToolRule.model_validate(rule) for name, rule in data.get("tools", {}).items()}
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+        tools = data.get("tools", {})
+        return {name: ToolRule.model_validate(rule) for name, rule in tools.items()}
+    except OSError as exc:
+        problem = f"cannot be read: {exc.strerror}"
+    except tomllib.TOMLDecodeError as exc:
+        problem = f"is not valid TOML: {exc}"
+    except ValidationError as exc:
+        problem = f"has an invalid rule: {validation_summary(exc)}"
+    except (AttributeError, TypeError):
+        problem = "is not a table of `[tools.NAME]` rules"
+    raise ConfigError(f"CAPSTAN_POLICY={path}: the policy file {problem}")
 
 
 @contextlib.asynccontextmanager
 async def temporal_for(settings: Settings) -> AsyncIterator[Client]:
-    """Connect to TEMPORAL_ADDRESS, or start/reuse the embedded server for the duration."""
+    """Connect as configured (`temporalio.envconfig`), or, with no address configured, start or
+    reuse the embedded server for the duration."""
     if not settings.embedded:
         yield await connect_temporal(settings)
         return
@@ -165,6 +194,11 @@ async def temporal_for(settings: Settings) -> AsyncIterator[Client]:
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run a worker until `stop` is set (or forever)."""
     stop = stop or asyncio.Event()
+    # every setting that can be wrong is checked before a server is started or dialled
+    ModelSettings.from_env()
+    load_policy(settings.policy_file)
+    load_finish_guard(settings.finish_guard)
+    build_registry(settings.tools_module)
     configure_from_env()
     with local_model_env(dict(os.environ), settings.data_dir) as env:
         async with temporal_for(settings) as client, httpx.AsyncClient() as http:
@@ -183,7 +217,11 @@ def main() -> None:
             loop.add_signal_handler(sig, stop.set)
         await run_worker(Settings.from_env(), stop)
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    except (ConfigError, TemporalConnectError, EmbeddedServerError) as exc:
+        log.error("%s", exc)  # one line, no traceback: it names what to change
+        sys.exit(2)
 
 
 if __name__ == "__main__":

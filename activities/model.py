@@ -13,7 +13,6 @@ import json
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 from opentelemetry.trace import SpanKind
@@ -28,6 +27,7 @@ from capstan.activities.providers.openai_chat import OpenAIChat
 from capstan.activities.providers.profiles import (
     Profile,
     ProfileError,
+    ProfileTable,
     load_profiles,
     model_chain,
     resolve_profile,
@@ -40,6 +40,7 @@ from capstan.core.model_errors import ModelErrorKind
 from capstan.core.models import ModelChain, Prices
 from capstan.core.tooling import ToolSpec
 from capstan.runtime.blobstore import ContentStore
+from capstan.runtime.config import ModelSettings
 from capstan.runtime.conversation import append_segment, load_conversation
 from capstan.runtime.telemetry import Instruments
 
@@ -109,12 +110,17 @@ class ModelActivities:
         self.env = env
         self.http = http
         self.count_tokens = count_tokens or (lambda s: (len(s) + 3) // 4)
-        path = env.get("CAPSTAN_PROFILES")
-        self._profiles_path = Path(path) if path else None
+        # every non-secret model setting, parsed once: a bad value stops the worker at start
+        # (ConfigError); `env` itself is kept only for the API keys profiles name
+        self.settings = ModelSettings.from_env(env)
+
+    def _table(self) -> dict[str, ProfileTable]:
+        # read on each call, so an edited profiles file applies without a restart
+        return load_profiles(self.settings.profiles_file)
 
     def profile(self, name: str) -> Profile:
         try:
-            return resolve_profile(name, self.env, load_profiles(self._profiles_path))
+            return resolve_profile(name, self.env, self._table(), self.settings)
         except ProfileError as exc:
             raise ApplicationError(
                 str(exc), type=ModelErrorKind.CONFIG_ERROR, non_retryable=True
@@ -123,7 +129,7 @@ class ModelActivities:
     @activity.defn(name=ActivityName.DESCRIBE_MODEL.value)
     async def describe_model(self, request: DescribeModelInput) -> ModelChain:
         try:
-            return model_chain(request.profile, self.env, load_profiles(self._profiles_path))
+            return model_chain(request.profile, self.env, self._table(), self.settings)
         except ProfileError as exc:
             raise ApplicationError(
                 str(exc), type=ModelErrorKind.CONFIG_ERROR, non_retryable=True

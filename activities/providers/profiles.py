@@ -3,7 +3,9 @@
 A name resolves, in order: `default` -> whatever `CAPSTAN_MODEL` names; a `[profiles.NAME]`
 table of the profiles file (`CAPSTAN_PROFILES`, TOML); or `provider:model` with the provider's
 standard variables (`OPENAI_BASE_URL`/`OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`).
-Keys are read here, inside activities, so they never reach a workflow input or history.
+Every non-secret variable is declared in `capstan.runtime.config.ModelSettings`; keys alone are
+read here from the worker's environment, inside activities, so they never reach a workflow
+input or history.
 
 Example profiles file::
 
@@ -31,6 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from capstan.core.models import ModelChain, ModelInfo, Prices
+from capstan.runtime.config import API_KEY_VARIABLES, ConfigError, ModelSettings
 
 __all__ = [
     "Profile",
@@ -38,28 +41,18 @@ __all__ = [
     "ProfileTable",
     "load_profiles",
     "model_chain",
+    "model_settings",
     "resolve_profile",
 ]
 
 Provider = Literal["openai", "anthropic", "local"]
 ToolMode = Literal["native", "structured"]
-DEFAULTS: dict[str, dict[str, str]] = {
-    "openai": {
-        "base_url": "https://api.openai.com/v1",
-        "key": "OPENAI_API_KEY",
-        "url": "OPENAI_BASE_URL",
-    },
-    "anthropic": {
-        "base_url": "https://api.anthropic.com",
-        "key": "ANTHROPIC_API_KEY",
-        "url": "ANTHROPIC_BASE_URL",
-    },
+#: Each provider's endpoint when neither the profile nor the environment names one.
+DEFAULT_BASE_URLS: dict[str, str] = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
     # the bundled offline model, served by `capstan model serve` (llama.cpp, OpenAI-compatible)
-    "local": {
-        "base_url": "http://127.0.0.1:8765/v1",
-        "key": "CAPSTAN_LOCAL_MODEL_KEY",
-        "url": "CAPSTAN_LOCAL_MODEL_URL",
-    },
+    "local": "http://127.0.0.1:8765/v1",
 }
 MAX_CHAIN = 5
 
@@ -139,12 +132,27 @@ def load_profiles(path: Path | None) -> dict[str, ProfileTable]:
         raise ProfileError(f"profiles file {path} is not usable: {exc}") from exc
 
 
+def model_settings(env: Mapping[str, str]) -> ModelSettings:
+    """The model settings in `env`; a bad value is a `ProfileError` naming the variable."""
+    try:
+        return ModelSettings.from_env(env)
+    except ConfigError as exc:
+        raise ProfileError(str(exc)) from None
+
+
 def resolve_profile(
-    name: str, env: Mapping[str, str], table: Mapping[str, ProfileTable] | None = None
+    name: str,
+    env: Mapping[str, str],
+    table: Mapping[str, ProfileTable] | None = None,
+    settings: ModelSettings | None = None,
 ) -> Profile:
-    """Turn a profile name into provider, model, endpoint, key and limits."""
+    """Turn a profile name into provider, model, endpoint, key and limits.
+
+    `env` is the worker's environment, read here only for API keys; every other setting comes
+    from `settings` (default: read from `env`)."""
     table = table or {}
-    spec = env.get("CAPSTAN_MODEL", "").strip() if name == "default" else name
+    settings = settings or model_settings(env)
+    spec = settings.model.strip() if name == "default" else name
     if not spec:
         raise ProfileError(
             "no model configured: set CAPSTAN_MODEL=openai:<model> or anthropic:<model> "
@@ -152,30 +160,33 @@ def resolve_profile(
             "server), or name a profile of CAPSTAN_PROFILES"
         )
     if spec in table:
-        return _from_table(name, table[spec], env)
+        return _from_table(name, table[spec], env, settings)
     provider, sep, model = spec.partition(":")
     if not sep or not model:
         raise ProfileError(f"model profile {spec!r} is not a known profile nor provider:model")
-    if provider not in DEFAULTS:
+    if provider not in DEFAULT_BASE_URLS:
         raise ProfileError(
             f"unknown provider {provider!r} in {spec!r}; use openai, anthropic or local"
         )
     extra = LOCAL_DEFAULTS if provider == "local" else {}
-    return _from_table(name, ProfileTable(provider=provider, model=model, **extra), env)
+    table_entry = ProfileTable(provider=provider, model=model, **extra)
+    return _from_table(name, table_entry, env, settings)
 
 
-def _from_table(name: str, t: ProfileTable, env: Mapping[str, str]) -> Profile:
-    d = DEFAULTS[t.provider]
-    key = env.get(t.api_key_env or d["key"])
-    timeout = float(env.get("CAPSTAN_MODEL_TIMEOUT", t.request_timeout))
+def _from_table(
+    name: str, t: ProfileTable, env: Mapping[str, str], settings: ModelSettings
+) -> Profile:
+    key = env.get(t.api_key_env or API_KEY_VARIABLES[t.provider])  # the secret, read at the edge
+    base_url = t.base_url or settings.base_url(t.provider) or DEFAULT_BASE_URLS[t.provider]
+    timeout = settings.request_timeout
     return Profile(
         name=name,
         provider=t.provider,
         model=t.model,
-        base_url=(t.base_url or env.get(d["url"]) or d["base_url"]).rstrip("/"),
+        base_url=base_url.rstrip("/"),
         api_key=SecretStr(key) if key else None,
-        request_timeout=timeout,
-        stream=t.stream and env.get("CAPSTAN_STREAM", "1") != "0",
+        request_timeout=t.request_timeout if timeout is None else timeout,
+        stream=t.stream and settings.stream,
         context_window=t.context_window,
         max_output_tokens=t.max_output_tokens,
         prices=t.prices,
@@ -185,16 +196,20 @@ def _from_table(name: str, t: ProfileTable, env: Mapping[str, str]) -> Profile:
 
 
 def model_chain(
-    name: str, env: Mapping[str, str], table: Mapping[str, ProfileTable] | None = None
+    name: str,
+    env: Mapping[str, str],
+    table: Mapping[str, ProfileTable] | None = None,
+    settings: ModelSettings | None = None,
 ) -> ModelChain:
     """The profile and its fallbacks (transitively, without repeats, at most 5)."""
+    settings = settings or model_settings(env)
     order: list[Profile] = []
     queue = [name]
     while queue and len(order) < MAX_CHAIN:
         current = queue.pop(0)
         if any(p.name == current for p in order):
             continue
-        profile = resolve_profile(current, env, table)
+        profile = resolve_profile(current, env, table, settings)
         order.append(profile)
         queue.extend(profile.fallback)
     return ModelChain(models=tuple(p.info() for p in order))

@@ -32,6 +32,8 @@ from capstan.runtime.embedded import (
     EmbeddedServerError,
     running_ui,
 )
+from capstan.runtime.environment import ConfigError
+from capstan.runtime.temporal_connection import TemporalConnectError
 
 __all__ = ["main"]
 
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger().setLevel(logging.INFO)
     try:
         code = asyncio.run(args.fn(args, Settings.from_env()))
-    except (CliError, CapstanError, BlobError) as exc:
+    except (CliError, CapstanError, BlobError, ConfigError, TemporalConnectError) as exc:
         print(f"capstan: {exc}", file=sys.stderr)
         code = EXIT_ERROR
     except KeyboardInterrupt:

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from capstan.client.runs import CapstanClient
-from capstan.runtime.config import Settings
+from capstan.runtime.config import ConfigError, Settings
+from capstan.runtime.temporal_connection import TemporalConnectError
 
 __all__ = [
     "EXIT_ERROR",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_ERROR = 0, 1, 2
+CONNECT_TIMEOUT = 10.0
 
 Command = Callable[[argparse.Namespace, Settings], Awaitable[int]]
 
@@ -38,15 +40,23 @@ def print_json(data: Any) -> None:
 
 
 async def client_for(settings: Settings) -> CapstanClient:
+    """A connected client, or a `CliError` line saying what is wrong and what to change."""
+    hint = (
+        "start one with `capstan server` (or `capstan worker`)"
+        if settings.embedded
+        else "check TEMPORAL_ADDRESS (or the address of the temporal.toml profile)"
+    )
     try:
-        return await asyncio.wait_for(CapstanClient.connect(settings), 10)
-    except Exception as exc:
-        hint = (
-            "start one with `capstan server` (or `capstan worker`)"
-            if settings.embedded
-            else "check TEMPORAL_ADDRESS"
-        )
-        raise CliError(f"no Temporal server answers at {settings.address}: {hint}") from exc
+        return await asyncio.wait_for(CapstanClient.connect(settings), CONNECT_TIMEOUT)
+    except ConfigError as exc:
+        raise CliError(str(exc)) from exc
+    except TemporalConnectError as exc:
+        raise CliError(f"{exc}: {hint}" if exc.unreachable else str(exc)) from exc
+    except TimeoutError as exc:
+        raise CliError(
+            f"no Temporal server answers at {settings.address} within {CONNECT_TIMEOUT:.0f}s: "
+            + hint
+        ) from exc
 
 
 def in_words(seconds: float) -> str:

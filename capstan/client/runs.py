@@ -62,6 +62,7 @@ from capstan.core.workflow_io import (
 )
 from capstan.runtime.blobstore import ContentStore, LocalBlobStore
 from capstan.runtime.config import Settings
+from capstan.runtime.temporal_connection import explain_connect_failure
 
 __all__ = [
     "CapstanClient",
@@ -91,10 +92,25 @@ class RejectedError(SteeringError):
 
 
 async def connect_temporal(settings: Settings) -> Client:
-    """A Temporal client with Capstan's data converter (pydantic v2 payloads)."""
-    return await Client.connect(
-        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter
-    )
+    """The one place Capstan connects to Temporal (client, CLI and worker): the address,
+    namespace, API key, TLS and gRPC metadata that `temporalio.envconfig` resolved into
+    `settings`, with Capstan's data converter (pydantic v2 payloads).
+
+    Raises `ConfigError` (an unreadable or non-PEM certificate or key) or
+    `TemporalConnectError` (nothing answers, TLS or credentials refused), each one line."""
+    access = settings.temporal
+    tls = access.tls_option()  # reads certificate files now, so rotated files are picked up
+    try:
+        return await Client.connect(
+            settings.address,
+            namespace=settings.namespace,
+            api_key=access.api_key.get_secret_value() if access.api_key else None,
+            tls=tls,
+            rpc_metadata=access.grpc_meta,
+            data_converter=pydantic_data_converter,
+        )
+    except (RuntimeError, ValueError, RPCError) as exc:
+        raise explain_connect_failure(settings.address, access, exc) from exc
 
 
 class RunSummary(BaseModel):
@@ -104,6 +120,19 @@ class RunSummary(BaseModel):
     status: str
     started: str
     terminal_reason: str | None = None
+
+
+def _with_ending(asked: RunStatus, closed: RunStatus) -> RunStatus:
+    """A closed run's status as its worker answers it, with the ending from its result."""
+    return asked.model_copy(
+        update={
+            "phase": "finished",
+            "terminal_reason": closed.terminal_reason,
+            "output": closed.output,
+            "error": closed.error or asked.error,
+            "source": "result",
+        }
+    )
 
 
 class CapstanClient:
@@ -166,13 +195,17 @@ class CapstanClient:
         answers from its result, a running one from its worker or, with none answering, from
         its history (`source` says which)."""
         desc = await self.describe(run_id)
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            return await self._closed_status(run_id, desc)
+        running = desc.status == WorkflowExecutionStatus.RUNNING
+        closed = None if running else await self._closed_status(run_id, desc)
         if await self.workers_polling():
             with contextlib.suppress(RPCError, TimeoutError):
-                return await asyncio.wait_for(
+                asked: RunStatus = await asyncio.wait_for(
                     self.handle(run_id).query("status", result_type=RunStatus), query_timeout
                 )
+                # a worker knows more (diagnostics); the result is the word on how it ended
+                return asked if closed is None else _with_ending(asked, closed)
+        if closed is not None:
+            return closed
         return Snapshot(run_id, await load_histories(self.client, run_id)).status(None)
 
     async def _closed_status(self, run_id: str, desc: WorkflowExecutionDescription) -> RunStatus:

@@ -1,50 +1,84 @@
-"""Worker and client configuration, read from the environment in one place.
+"""Every setting Capstan reads from its environment, declared in one place.
 
-Only edge code (CLI, client, worker) calls `Settings.from_env()`. Secrets (API keys) are not
-read here: providers read them inside activities, so they can never reach a workflow input.
+Two groups, each a pydantic-settings class whose fields name their variables:
+
+- `Settings`: what the CLI, the client and the worker share — the data directory, the task
+  queue, the worker's tools, policy and finish guard, and the Temporal connection. The
+  connection is not a `CAPSTAN_*` variable: `temporalio.envconfig` resolves it from the
+  `TEMPORAL_*` variables and the `temporal.toml` profile file, exactly as the `temporal` CLI
+  does (`capstan.runtime.temporal_connection`). With no address configured anywhere the
+  embedded dev server on `127.0.0.1:CAPSTAN_TEMPORAL_PORT` is used.
+- `ModelSettings`: what the worker's model activities read — which model the `default` profile
+  is, the profiles file, streaming, the request timeout, provider endpoints.
+
+Only edge code (CLI, client, worker) calls `from_env()`; a bad value is a `ConfigError` of one
+line naming the variable. Secrets are not settings: provider API keys are read inside
+activities from the worker's environment, by the variable name a profile gives (defaults in
+`API_KEY_VARIABLES`), so a key never reaches a workflow input, history, log or error.
+OpenTelemetry keeps its standard `OTEL_*` variables, which its SDK reads itself.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import Field
 
-__all__ = ["DEFAULT_PORT", "Settings"]
+from capstan.runtime.environment import ConfigError, EnvSettings
+from capstan.runtime.temporal_connection import TemporalAccess, load_temporal_profile
+
+__all__ = [
+    "API_KEY_VARIABLES",
+    "DEFAULT_LOCAL_MODEL_PORT",
+    "DEFAULT_PORT",
+    "ConfigError",
+    "ModelSettings",
+    "Settings",
+]
 
 DEFAULT_PORT = 7233
+DEFAULT_LOCAL_MODEL_PORT = 8765
+
+#: The variable each provider's API key is read from when a profile names none (`api_key_env`).
+API_KEY_VARIABLES = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "local": "CAPSTAN_LOCAL_MODEL_KEY",
+}
 
 
-class Settings(BaseModel):
-    """Where things are. Every field has an environment variable; see the README."""
+class Settings(EnvSettings):
+    """Where things are and how to reach Temporal. See the README's Configuration table."""
 
-    data_dir: Path = Path(".capstan")
+    data_dir: Path = Field(Path(".capstan"), validation_alias="CAPSTAN_DATA_DIR")
+    task_queue: str = Field("capstan", validation_alias="CAPSTAN_TASK_QUEUE", min_length=1)
+    workspace: Path | None = Field(None, validation_alias="CAPSTAN_WORKSPACE")
+    tools_module: str | None = Field(None, validation_alias="CAPSTAN_TOOLS")
+    embedded_port: int = Field(
+        DEFAULT_PORT, validation_alias="CAPSTAN_TEMPORAL_PORT", ge=1, le=65535
+    )
+    policy_file: Path | None = Field(None, validation_alias="CAPSTAN_POLICY")
+    identity: str = Field("", validation_alias="CAPSTAN_IDENTITY")
+    finish_guard: str | None = Field(None, validation_alias="CAPSTAN_FINISH_GUARD")
+    # The Temporal connection, from temporalio.envconfig (see the module docstring).
     temporal_address: str | None = None
     namespace: str = "default"
-    task_queue: str = "capstan"
-    workspace: Path | None = None
-    tools_module: str | None = None
-    embedded_port: int = DEFAULT_PORT
-    policy_file: Path | None = None
-    identity: str = ""
-    finish_guard: str | None = None
+    temporal: TemporalAccess = TemporalAccess()
 
     @classmethod
-    def from_env(cls) -> Settings:
-        env = os.environ
-        workspace = env.get("CAPSTAN_WORKSPACE")
-        return cls(
-            data_dir=Path(env.get("CAPSTAN_DATA_DIR", ".capstan")),
-            temporal_address=env.get("TEMPORAL_ADDRESS") or None,
-            namespace=env.get("TEMPORAL_NAMESPACE", "default"),
-            task_queue=env.get("CAPSTAN_TASK_QUEUE", "capstan"),
-            workspace=Path(workspace) if workspace else None,
-            tools_module=env.get("CAPSTAN_TOOLS") or None,
-            embedded_port=int(env.get("CAPSTAN_TEMPORAL_PORT", DEFAULT_PORT)),
-            policy_file=Path(env["CAPSTAN_POLICY"]) if env.get("CAPSTAN_POLICY") else None,
-            identity=env.get("CAPSTAN_IDENTITY") or _default_identity(),
-            finish_guard=env.get("CAPSTAN_FINISH_GUARD") or None,
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read `env` (default: the process environment) and the Temporal profile file."""
+        env = os.environ if env is None else env
+        profile = load_temporal_profile(env)
+        values = cls.environment_values(env)
+        values.setdefault("CAPSTAN_IDENTITY", _default_identity())
+        return cls.validated(
+            **values,
+            temporal_address=profile.address,
+            namespace=profile.namespace or "default",
+            temporal=profile.access,
         )
 
     @property
@@ -62,6 +96,30 @@ class Settings(BaseModel):
     @property
     def workspace_dir(self) -> Path:
         return self.workspace or self.data_dir / "workspace"
+
+
+class ModelSettings(EnvSettings):
+    """The worker's model settings, read from the worker's environment (which the bundled local
+    model server may have amended). Keys are deliberately absent: see the module docstring."""
+
+    model: str = Field("", validation_alias="CAPSTAN_MODEL")
+    profiles_file: Path | None = Field(None, validation_alias="CAPSTAN_PROFILES")
+    request_timeout: float | None = Field(None, validation_alias="CAPSTAN_MODEL_TIMEOUT", gt=0)
+    stream: bool = Field(True, validation_alias="CAPSTAN_STREAM")
+    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
+    anthropic_base_url: str | None = Field(None, validation_alias="ANTHROPIC_BASE_URL")
+    local_model_url: str | None = Field(None, validation_alias="CAPSTAN_LOCAL_MODEL_URL")
+    local_model_port: int = Field(
+        DEFAULT_LOCAL_MODEL_PORT, validation_alias="CAPSTAN_LOCAL_MODEL_PORT", ge=1, le=65535
+    )
+
+    def base_url(self, provider: str) -> str | None:
+        """The endpoint set in the environment for `provider`, if any."""
+        return {
+            "openai": self.openai_base_url,
+            "anthropic": self.anthropic_base_url,
+            "local": self.local_model_url,
+        }.get(provider)
 
 
 def _default_identity() -> str:
