@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
-from capstan.activities.tools.workspace import inside_workspace
+from capstan.activities.tools.workspace import Entry, Workspace
 from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
 
 __all__ = ["ASK_USER_SPEC", "BUILTIN_TOOLS", "FINISH_SPEC", "LOOP_TOOL_SPECS"]
@@ -61,9 +61,7 @@ async def read_file(ctx: ToolContext, path: str) -> str:
     Args:
         path: Path relative to the workspace root.
     """
-    target = inside_workspace(ctx.workspace, path)
-    text = await asyncio.to_thread(target.read_text, encoding="utf-8", errors="replace")
-    return text[:MAX_READ_CHARS]
+    return await asyncio.to_thread(Workspace(ctx.workspace).read_text, path, MAX_READ_CHARS)
 
 
 @tool
@@ -74,33 +72,36 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> str:
         path: Path relative to the workspace root; parent directories are created.
         content: The full new content of the file.
     """
-    target = inside_workspace(ctx.workspace, path)
-
-    def write() -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
-
-    await asyncio.to_thread(write)
-    return f"wrote {len(content.encode('utf-8'))} bytes to {path}"
+    written = await asyncio.to_thread(Workspace(ctx.workspace).write_text, path, content)
+    return f"wrote {written} bytes to {path}"
 
 
-@tool(read_only=True)
+# Fenced like file contents: whoever can create files chooses their names.
+@tool(read_only=True, untrusted_output=True)
 async def list_dir(ctx: ToolContext, path: str = ".") -> str:
     """List the entries of a workspace directory, directories first, with file sizes.
 
     Args:
         path: Directory relative to the workspace root.
     """
-    target = inside_workspace(ctx.workspace, path)
+    entries = await asyncio.to_thread(Workspace(ctx.workspace).entries, path)
+    entries.sort(key=lambda e: (e.kind != "dir", e.name))
+    return "\n".join(map(_listing_line, entries)) or "(empty directory)"
 
-    def listing() -> str:
-        entries = sorted(target.iterdir(), key=lambda p: (not p.is_dir(), p.name))
-        lines = [
-            f"{p.name}/" if p.is_dir() else f"{p.name} ({p.stat().st_size} bytes)" for p in entries
-        ]
-        return "\n".join(lines) or "(empty directory)"
 
-    return await asyncio.to_thread(listing)
+def _listing_line(entry: Entry) -> str:
+    # A name with a line break or an invisible character is shown escaped, so it can neither
+    # fake further entries nor hide what it is.
+    name = entry.name if entry.name.isprintable() else repr(entry.name)
+    match entry.kind:
+        case "dir":
+            return f"{name}/"
+        case "file":
+            return f"{name} ({entry.size} bytes)"
+        case "symlink":
+            return f"{name} (symlink, not followed)"
+        case _:
+            return f"{name} (special file)"
 
 
 @tool(read_only=True, untrusted_output=True)

@@ -1,29 +1,185 @@
-"""Confine file tools to the run's workspace directory.
+"""Confine file tools to the run's workspace directory, with no gap between check and use.
 
-Absolute paths, `..` components and symlinks that lead outside are refused with a clear error,
-which the model sees as an observation.
+A path is never checked first and opened later: something else (another tool call, a process
+in the workspace) could swap a directory for a symlink in between. Every access walks the
+workspace-relative path one component at a time from a descriptor of the workspace root, each
+directory opened with `O_NOFOLLOW | O_DIRECTORY` relative to its parent's descriptor and the
+last component with `O_NOFOLLOW`. The object checked is the object used: a symlink anywhere on
+the path, wherever it points and whenever it appears, makes the call fail instead of leading
+out. Absolute paths, `~` and `..` are refused before any IO.
+
+Refusals raise `WorkspaceError`; a missing file or a directory where a file should be raises
+the usual `OSError` subclass. Either way the text names only the workspace-relative path the
+model gave, never a host path. Everything here blocks: call it through `asyncio.to_thread`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
-__all__ = ["WorkspaceError", "inside_workspace"]
+__all__ = ["Entry", "Workspace", "WorkspaceError", "workspace_parts"]
+
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_DIR_FLAGS = _ROOT_FLAGS | os.O_NOFOLLOW
+# O_NONBLOCK: opening a FIFO must not hang the worker; it is refused right after, by fstat.
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class WorkspaceError(ValueError):
-    """A path that would leave the workspace."""
+    """A path that would leave the workspace, or a file operation refused inside it."""
 
 
-def inside_workspace(workspace: Path, path: str) -> Path:
-    """The real path of `path` within `workspace`, or WorkspaceError."""
+# The usual exception types, so the model recognises them, with texts that name no host path.
+_REASONS: dict[int, tuple[type[Exception], str]] = {
+    errno.ENOENT: (FileNotFoundError, "does not exist in the workspace"),
+    errno.ENOTDIR: (NotADirectoryError, "is not a directory"),
+    errno.EISDIR: (IsADirectoryError, "is a directory"),
+    errno.EACCES: (PermissionError, "is not accessible (permission denied)"),
+    errno.EPERM: (PermissionError, "is not accessible (operation not permitted)"),
+    errno.ENXIO: (WorkspaceError, "is a special file, not a regular file"),  # FIFO, socket
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One directory entry, described without following it if it is a symlink."""
+
+    name: str
+    kind: Literal["dir", "file", "symlink", "other"]
+    size: int = 0
+
+
+def workspace_parts(path: str) -> tuple[str, ...]:
+    """The components of a workspace-relative path; absolute paths, `~` and `..` are refused."""
+    if "\0" in path:
+        raise WorkspaceError(f"path {path!r} contains a NUL character")
     candidate = PurePosixPath(path.replace("\\", "/"))
     if candidate.is_absolute() or path.startswith("~"):
         raise WorkspaceError(f"path {path!r} is absolute; use a path relative to the workspace")
     if ".." in candidate.parts:
         raise WorkspaceError(f"path {path!r} leaves the workspace ('..' is not allowed)")
-    root = workspace.resolve()
-    resolved = (root / candidate).resolve()
-    if not resolved.is_relative_to(root):
-        raise WorkspaceError(f"path {path!r} leads outside the workspace through a symlink")
-    return resolved
+    return tuple(p for p in candidate.parts if p != ".")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """File access below `root` that never follows a symlink."""
+
+    root: Path
+
+    def read_text(self, path: str, limit: int) -> str:
+        """Up to `limit` characters of a UTF-8 text file (undecodable bytes replaced)."""
+        *parents, name = self._file_parts(path)
+        with self._directory(path, parents, create=False) as parent:
+            fd, _ = _open_file(path, parent, [*parents, name], _READ_FLAGS)
+            with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+                return f.read(limit)
+
+    def write_text(self, path: str, content: str) -> int:
+        """Replace (or create) a UTF-8 text file, creating parent directories; bytes written."""
+        *parents, name = self._file_parts(path)
+        data = content.encode("utf-8")
+        with self._directory(path, parents, create=True) as parent:
+            fd, found = _open_file(path, parent, [*parents, name], _WRITE_FLAGS, mode=0o666)
+            with os.fdopen(fd, "wb") as f:
+                if found.st_nlink > 1:  # another name, maybe outside, shares this file
+                    raise WorkspaceError(f"path {path!r} is a hard link; refusing to write to it")
+                os.ftruncate(fd, 0)
+                f.write(data)
+        return len(data)
+
+    def entries(self, path: str) -> list[Entry]:
+        """The entries of a directory; symlinks are reported as such, never followed."""
+        parts = workspace_parts(path)
+        with self._directory(path, parts, create=False) as directory, os.scandir(directory) as it:
+            return [e for e in map(_entry, it) if e is not None]
+
+    @staticmethod
+    def _file_parts(path: str) -> tuple[str, ...]:
+        parts = workspace_parts(path)
+        if not parts:
+            raise WorkspaceError(f"path {path!r} is the workspace directory, not a file")
+        return parts
+
+    @contextlib.contextmanager
+    def _directory(self, path: str, parts: Sequence[str], *, create: bool) -> Iterator[int]:
+        """A descriptor of the directory `parts` leads to, walked without following links."""
+        try:
+            fd = os.open(self.root, _ROOT_FLAGS)
+        except OSError:
+            raise WorkspaceError("the workspace directory is not available") from None
+        try:
+            for depth in range(len(parts)):
+                child = _open_dir(path, fd, parts[: depth + 1], create=create)
+                os.close(fd)
+                fd = child
+            yield fd
+        finally:
+            os.close(fd)
+
+
+def _open_dir(path: str, parent: int, shown: Sequence[str], *, create: bool) -> int:
+    name = shown[-1]
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if not (create and exc.errno == errno.ENOENT):
+            raise _refusal(path, parent, shown, exc) from None
+    try:
+        with contextlib.suppress(FileExistsError):  # a parallel call may have made it first
+            os.mkdir(name, 0o777, dir_fd=parent)
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        raise _refusal(path, parent, shown, exc) from None
+
+
+def _open_file(
+    path: str, parent: int, shown: Sequence[str], flags: int, mode: int = 0
+) -> tuple[int, os.stat_result]:
+    """A descriptor of a regular file and its status; anything else is refused."""
+    try:
+        fd = os.open(shown[-1], flags, mode, dir_fd=parent)
+    except OSError as exc:
+        raise _refusal(path, parent, shown, exc) from None
+    found = os.fstat(fd)
+    if not stat.S_ISREG(found.st_mode):
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(found.st_mode) else "a special file"
+        raise WorkspaceError(f"path {path!r} is {kind}, not a regular file")
+    return fd, found
+
+
+def _refusal(path: str, parent: int, shown: Sequence[str], exc: OSError) -> Exception:
+    """Say why `shown` (the first components of `path`) could not be opened; no host path."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISLNK(os.stat(shown[-1], dir_fd=parent, follow_symlinks=False).st_mode):
+            return WorkspaceError(
+                f"path {path!r} goes through a symlink ({'/'.join(shown)!r}); "
+                "the file tools do not follow symlinks in the workspace"
+            )
+    default = (OSError, f"cannot be opened ({exc.strerror})")
+    kind, reason = _REASONS.get(exc.errno or 0, default)
+    where = "" if tuple(shown) == workspace_parts(path) else f": {'/'.join(shown)!r}"
+    return kind(f"path {path!r}{where} {reason}")
+
+
+def _entry(item: os.DirEntry[str]) -> Entry | None:
+    try:
+        found = item.stat(follow_symlinks=False)
+    except FileNotFoundError:  # removed while listing
+        return None
+    if stat.S_ISLNK(found.st_mode):
+        return Entry(item.name, "symlink")
+    if stat.S_ISDIR(found.st_mode):
+        return Entry(item.name, "dir")
+    if stat.S_ISREG(found.st_mode):
+        return Entry(item.name, "file", found.st_size)
+    return Entry(item.name, "other")

@@ -11,7 +11,7 @@ import pytest
 from capstan.activities.tool_runner import ToolActivities
 from capstan.activities.tools.builtins import BUILTIN_TOOLS, FINISH_SPEC
 from capstan.activities.tools.registry import ToolContext, ToolRegistry, tool
-from capstan.activities.tools.workspace import WorkspaceError, inside_workspace
+from capstan.activities.tools.workspace import Workspace, WorkspaceError, workspace_parts
 from capstan.core.activity_io import ListToolsInput, RunToolInput
 from capstan.core.content import BlobRef
 from capstan.core.tooling import ToolFailed, ToolSucceeded
@@ -51,19 +51,48 @@ def test_registry_rejects_duplicates_and_sync_functions() -> None:
         ToolRegistry([sync_tool])  # type: ignore[list-item]
 
 
-@pytest.mark.parametrize("bad", ["/etc/passwd", "../x", "a/../../x", "~/x"])
+@pytest.mark.parametrize("bad", ["/etc/passwd", "../x", "a/../../x", "~/x", "a\0b"])
 def test_workspace_refuses_escapes(tmp_path: Path, bad: str) -> None:
     with pytest.raises(WorkspaceError):
-        inside_workspace(tmp_path, bad)
+        workspace_parts(bad)
+    with pytest.raises(WorkspaceError):
+        Workspace(tmp_path).write_text(bad, "x")
 
 
-def test_workspace_refuses_symlink_escape(tmp_path: Path) -> None:
+def test_workspace_follows_no_symlink(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    os.symlink(tmp_path, ws / "out")
+    os.symlink("sub", ws / "inner")  # even a link that stays inside is not followed
+    workspace = Workspace(ws)
+    for path in ("out/secret", "out/new/secret", "inner/file.txt", "out"):
+        with pytest.raises(WorkspaceError, match="symlink"):
+            workspace.write_text(path, "x")
+        with pytest.raises(WorkspaceError, match="symlink"):
+            workspace.read_text(path, 10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"]
+    assert workspace.write_text("sub/file.txt", "hé") == 3
+    assert workspace.read_text("./sub//file.txt", 10) == "hé"
+    kinds = {e.name: e.kind for e in workspace.entries(".")}
+    assert kinds == {"inner": "symlink", "out": "symlink", "sub": "dir"}
+
+
+def test_workspace_refuses_special_and_hard_linked_files(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep")
     ws = tmp_path / "ws"
     ws.mkdir()
-    os.symlink(tmp_path, ws / "out")
-    with pytest.raises(WorkspaceError, match="symlink"):
-        inside_workspace(ws, "out/secret")
-    assert inside_workspace(ws, "sub/file.txt") == (ws / "sub" / "file.txt").resolve()
+    os.link(outside, ws / "hard")
+    os.mkfifo(ws / "fifo")
+    workspace = Workspace(ws)
+    with pytest.raises(WorkspaceError, match="hard link"):
+        workspace.write_text("hard", "changed")
+    assert outside.read_text() == "keep"
+    for path in ("fifo", "."):  # neither hangs nor reads a non-file
+        with pytest.raises(WorkspaceError):
+            workspace.read_text(path, 10)
+    with pytest.raises(WorkspaceError, match="not a regular file"):
+        workspace.write_text("fifo", "x")
 
 
 @pytest.fixture
@@ -115,6 +144,19 @@ async def test_file_tools_round_trip(activities: ToolActivities) -> None:
     assert isinstance(read, ToolSucceeded) and read.output == "hé"
     listing = await activities.run_tool(request("list_dir", "{}"))
     assert isinstance(listing, ToolSucceeded) and listing.output == "d/"
+
+
+async def test_list_dir_shows_hostile_names_escaped_and_links_unfollowed(
+    activities: ToolActivities, tmp_path: Path
+) -> None:
+    (activities.workspace / "x\nfake.txt (9 bytes)").write_text("ab")
+    (activities.workspace / "sub").mkdir()
+    os.symlink(tmp_path, activities.workspace / "link")
+    listing = await activities.run_tool(request("list_dir", "{}"))
+    assert isinstance(listing, ToolSucceeded)
+    assert listing.output == (
+        "sub/\nlink (symlink, not followed)\n'x\\nfake.txt (9 bytes)' (2 bytes)"
+    )
 
 
 async def test_list_tools_filters_but_always_offers_finish(activities: ToolActivities) -> None:
