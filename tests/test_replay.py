@@ -2,7 +2,10 @@
 
 A change to the loop or the workflow that alters the command sequence of an existing history
 fails here; gate such a change with `workflow.patched()` (see the README). Histories from earlier
-versions are kept. `tests/histories/broken/` holds histories that must fail to replay.
+versions are kept. `tests/histories/broken/` holds histories that must fail to replay: one with an
+activity renamed, and one recorded before the retired replay modes (`tool-policy-v1`,
+`context-v1`, `guards-v1`: every run now has tool policy, context management and guards; the
+patch calls are deprecated, so histories that carry the markers still replay).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from capstan.core.effects import Outcome, RunTools
 from capstan.core.spec import RunResult
 from capstan.core.workflow_io import AgentInput
 from capstan.workflows.agent import AgentWorkflow
@@ -58,17 +62,27 @@ def test_broken_history_differs_from_its_source_only_in_one_activity_type() -> N
     assert len(diffs) == 1
 
 
+def test_a_legacy_history_is_kept_as_broken() -> None:
+    """The retired modes are gone for good: the history from before them fails (above)."""
+    legacy = json.loads((HISTORIES / "broken" / "legacy_modes_parallel_tools.json").read_text())
+    markers = [e for e in legacy["events"] if "markerRecordedEventAttributes" in e]
+    assert markers == []
+
+
 @workflow.defn(name="AgentWorkflow", sandboxed=False)
-class PolicyWithoutPatch(AgentWorkflow):
-    """The tool-policy change as it would be without `workflow.patched`: always on."""
+class ToolsOneAtATime(AgentWorkflow):
+    """A change as it would be without `workflow.patched`: a turn's tools run one at a time."""
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
-        self.state = self.state.model_copy(update={"gating": True})
-        return await self._main(start)
+        return await super().run(start)
+
+    async def _run_tools(self, effect: RunTools) -> Outcome:
+        one = RunTools(calls=effect.calls, concurrency=1, timeouts=effect.timeouts)
+        return await super()._run_tools(one)
 
 
 async def test_loop_change_without_patch_fails_replay() -> None:
-    replayer = Replayer(workflows=[PolicyWithoutPatch], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[ToolsOneAtATime], data_converter=pydantic_data_converter)
     with pytest.raises(NondeterminismError):
         await replayer.replay_workflow(_load(HISTORIES / "parallel_tools.json"))

@@ -86,11 +86,7 @@ class AgentWorkflow:
     @workflow.init
     def __init__(self, start: AgentInput) -> None:
         self.state: RunState = start.carried or loop.initial_state(
-            start.spec,
-            start.spec.run_id or workflow.info().workflow_id,
-            gating=False,
-            context_managed=False,
-            guarded=False,
+            start.spec, start.spec.run_id or workflow.info().workflow_id
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
         self._announced: list[str] = []  # the request ids the memo lists now
@@ -98,12 +94,12 @@ class AgentWorkflow:
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
-        if start.carried is None and workflow.patched(TOOL_POLICY_PATCH):
-            self.state = self.state.model_copy(update={"gating": True})
-        if start.carried is None and workflow.patched(CONTEXT_PATCH):
-            self.state = self.state.model_copy(update={"context_managed": True})
-        if start.carried is None and workflow.patched(GUARDS_PATCH):
-            self.state = self.state.model_copy(update={"guarded": True})
+        if start.carried is None:
+            # Retired: every run has tool policy, context management and guards. Histories that
+            # carry these markers still replay; the calls go once none is left running.
+            workflow.deprecate_patch(TOOL_POLICY_PATCH)
+            workflow.deprecate_patch(CONTEXT_PATCH)
+            workflow.deprecate_patch(GUARDS_PATCH)
         return await self._main(start)
 
     async def _main(self, start: AgentInput) -> RunResult:
@@ -187,13 +183,13 @@ class AgentWorkflow:
     @workflow.query(name="transcript")
     def transcript(self) -> TranscriptView:
         return TranscriptView(
-            conversation=self.state.conversation,
-            pending=list(self.state.pending),
-            in_flight=list(self.state.turn_calls),
+            conversation=self.state.conversation.head,
+            pending=list(self.state.conversation.pending),
+            in_flight=list(self.state.turn.calls),
             step=self.state.step,
-            records=list(self.state.records),
+            records=list(self.state.steering.records),
             diagnostics=list(self.state.diagnostics),
-            inbox=list(self.state.inbox),
+            inbox=list(self.state.steering.inbox),
         )
 
     def _validate(self, item: SteeringInput) -> None:
@@ -227,19 +223,19 @@ class AgentWorkflow:
     def _announce_requests(self) -> None:
         """Keep the open approval requests and questions in the memo: that puts them in history
         (for audits and the event stream) and lets clients see them with no worker running."""
-        opened = [r.request_id for r in self.state.approvals]
-        opened += [q.request_id for q in self.state.questions]
+        opened = [r.request_id for r in self.state.turn.approvals]
+        opened += [q.request_id for q in self.state.turn.questions]
         if opened == self._announced or not workflow.patched(ANNOUNCE_PATCH):
             return
         self._announced = opened
         requests = OpenRequests(
-            approvals=list(self.state.approvals), questions=list(self.state.questions)
+            approvals=list(self.state.turn.approvals), questions=list(self.state.turn.questions)
         )
         workflow.upsert_memo({REQUESTS_MEMO: requests})
 
     def _gauge_waiting(self) -> None:
         gauge = workflow.metric_meter().create_gauge("capstan_approvals_waiting", "requests")
-        gauge.set(len(self.state.approvals), {"run_id": self.state.run_id})
+        gauge.set(len(self.state.turn.approvals), {"run_id": self.state.run_id})
 
     async def _await_input(self, effect: AwaitInput) -> None:
         """Wait durably until an input arrives or the earliest expiry passes."""
@@ -286,7 +282,9 @@ class AgentWorkflow:
         """Perform `effect`; a `cancel` signal arriving meanwhile cancels its activities (tools
         learn it through their heartbeats) and the run ends at once with its partial result."""
         work = asyncio.ensure_future(self._perform(effect))
-        await workflow.wait_condition(lambda: work.done() or self.state.cancel_reason is not None)
+        await workflow.wait_condition(
+            lambda: work.done() or self.state.steering.cancel_reason is not None
+        )
         if work.done() or not workflow.patched(CANCEL_IN_FLIGHT_PATCH):
             return await work
         work.cancel()

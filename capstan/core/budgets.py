@@ -26,15 +26,15 @@ def limit(state: RunState, name: BudgetName) -> float | None:
         "cost_usd": b.max_cost_usd,
         "wall_seconds": b.max_wall_seconds,
     }[name]
-    return None if base is None else base + state.budget_extra.get(name, 0.0)
+    return None if base is None else base + state.budget.extra.get(name, 0.0)
 
 
 def _used(state: RunState, name: BudgetName, now: datetime | None) -> float:
     u = state.usage
     if name == "wall_seconds":
-        if state.started_at is None or now is None:
+        if state.budget.started_at is None or now is None:
             return 0.0
-        return (now - state.started_at).total_seconds()
+        return (now - state.budget.started_at).total_seconds()
     return float(
         {
             "tool_calls": u.tool_calls,
@@ -93,6 +93,6 @@ def remaining_fraction(state: RunState) -> float:
 def deadline(state: RunState) -> datetime | None:
     """When the wall-time budget runs out, so waits wake up for it."""
     cap = limit(state, "wall_seconds")
-    if cap is None or state.started_at is None:
+    if cap is None or state.budget.started_at is None:
         return None
-    return state.started_at + timedelta(seconds=cap)
+    return state.budget.started_at + timedelta(seconds=cap)

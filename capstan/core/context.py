@@ -5,11 +5,13 @@ The estimate starts from the tokens the provider reported for the last call (inp
 the conversation as it now stands) and adds the messages not yet sent, counted from their refs'
 token estimates (capped by the tool result budget) or from their length, scaled by the
 calibration the last call measured (reported / estimated). No IO: the tokens of stored content
-were counted by the activity that stored it.
+were counted by the activity that stored it. A model failure that ends the run comes back as an
+`Ending` verdict; the loop records it (`capstan.core.transitions`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Literal
 
 from capstan.core.activity_io import CompactInput, CompactResult
@@ -17,7 +19,7 @@ from capstan.core.content import BlobRef
 from capstan.core.messages import Message
 from capstan.core.model_errors import CONTEXT_OVERFLOW, FALLBACK_ON
 from capstan.core.spec import TerminalReason
-from capstan.core.state import MAX_DIAGNOSTICS, RunState
+from capstan.core.state import MAX_DIAGNOSTICS, Ending, RunState
 
 __all__ = [
     "Plan",
@@ -28,6 +30,7 @@ __all__ = [
     "on_compaction_failed",
     "on_model_failed",
     "plan",
+    "with_diagnostic",
 ]
 
 Plan = Literal["warn", "prune", "summarize", "reject"]
@@ -41,8 +44,8 @@ def _message_tokens(m: Message, cap: int) -> int:
 def estimate_request(state: RunState) -> int:
     """Tokens the next model request is expected to take."""
     cap = state.spec.context.tool_result_max_tokens
-    pending = sum(_message_tokens(m, cap) for m in state.pending)
-    return state.context_tokens + int(pending * state.calibration)
+    pending = sum(_message_tokens(m, cap) for m in state.conversation.pending)
+    return state.context.tokens + int(pending * state.context.calibration)
 
 
 def fill(state: RunState) -> float:
@@ -53,7 +56,8 @@ def fill(state: RunState) -> float:
 
 def _stage_now(state: RunState) -> int:
     """How far up the compaction ladder this step already went."""
-    return state.compaction_stage if state.compacted_step == state.step else 0
+    window = state.context
+    return window.compaction_stage if window.compacted_step == state.step else 0
 
 
 def plan(state: RunState) -> Plan | None:
@@ -62,21 +66,21 @@ def plan(state: RunState) -> Plan | None:
     Within one step the ladder only climbs: prune (stage 1), then summarise (stage 2); a request
     still over `reject_at` after both is not made.
     """
-    if not state.context_managed or state.model is None:
+    if state.model is None:
         return None
-    if state.compaction_due == "summarize" and state.conversation is not None:
+    compactable = state.conversation.head is not None
+    if state.context.compaction_due == "summarize" and compactable:
         return "summarize"
     policy = state.spec.context
     level = fill(state)
     stage = _stage_now(state)
-    compactable = state.conversation is not None
     if level >= policy.reject_at and (stage >= 2 or not compactable):
         return "reject"
     if not compactable:
         return None
     if level >= policy.emergency_at and stage < 2:
         return "summarize"
-    if level >= policy.warn_at and not state.warned and stage < 1:
+    if level >= policy.warn_at and not state.context.warned and stage < 1:
         return "warn"
     if level >= policy.compact_at and stage < 1:
         return "prune"
@@ -84,82 +88,84 @@ def plan(state: RunState) -> Plan | None:
 
 
 def compact_request(state: RunState, strategy: Plan) -> CompactInput:
-    assert state.conversation is not None and strategy != "reject"
-    reason = "context overflow" if state.compaction_due else f"fill {fill(state):.2f}"
+    head = state.conversation.head
+    assert head is not None and strategy != "reject"
+    reason = "context overflow" if state.context.compaction_due else f"fill {fill(state):.2f}"
     return CompactInput(
         run_id=state.run_id,
         step=state.step,
         profile=state.profile,
-        conversation=state.conversation,
+        conversation=head,
         strategy=strategy,
         keep_turns=state.spec.context.keep_turns,
         reason=reason,
     )
 
 
-def on_model_failed(state: RunState, error: str, error_type: str) -> RunState:
-    """Overflow: compact once, then give up. Unavailable model: the next in the chain."""
-    if state.phase == "starting":  # the model could not even be described
-        return terminate(state, TerminalReason.MODEL_ERROR, error)
-    if error_type == CONTEXT_OVERFLOW and state.context_managed:
-        if state.overflow_step != state.step and state.conversation is not None:
-            return state.model_copy(
-                update={"overflow_step": state.step, "compaction_due": "summarize"}
-            )
-        return terminate(state, TerminalReason.PROMPT_TOO_LONG, error)
-    chain = state.model_chain.models if state.model_chain else ()
-    if error_type in FALLBACK_ON and state.model_index + 1 < len(chain):
-        old, new = chain[state.model_index], chain[state.model_index + 1]
+def on_model_failed(state: RunState, error: str, error_type: str) -> RunState | Ending:
+    """Overflow: compact once, then give up. Unavailable model: the next in the chain. Else,
+    or when the model could not even be described, the verdict is the run's end."""
+    if state.phase == "starting":
+        return Ending(reason=TerminalReason.MODEL_ERROR, error=error)
+    window = state.context
+    if error_type == CONTEXT_OVERFLOW:
+        if window.overflow_step != state.step and state.conversation.head is not None:
+            due = replace(window, overflow_step=state.step, compaction_due="summarize")
+            return replace(state, context=due)
+        return Ending(reason=TerminalReason.PROMPT_TOO_LONG, error=error)
+    chain = window.model_chain.models if window.model_chain else ()
+    if error_type in FALLBACK_ON and window.model_index + 1 < len(chain):
+        old, new = chain[window.model_index], chain[window.model_index + 1]
         switch = f"switched model {old.profile} -> {new.profile} at step {state.step + 1}: {error}"
-        switched = state.model_copy(
-            update={
-                "model_index": state.model_index + 1,
-                "model_switches": (*state.model_switches, switch),
-            }
+        switched = replace(
+            window,
+            model_index=window.model_index + 1,
+            model_switches=(*window.model_switches, switch),
         )
-        return with_diagnostic(switched, switch)
-    return terminate(state, TerminalReason.MODEL_ERROR, error)
+        return with_diagnostic(replace(state, context=switched), switch)
+    return Ending(reason=TerminalReason.MODEL_ERROR, error=error)
 
 
 def on_compacted(state: RunState, result: CompactResult) -> RunState:
     stage = {"warn": 0, "prune": 1, "summarize": 2}[result.strategy]
+    window = state.context
     if result.strategy == "warn":
         nudge = (
             (Message(role="user", content=result.nudge, origin="nudge", step=state.step),)
             if result.nudge
             else ()
         )
-        return state.model_copy(update={"warned": True, "pending": state.pending + nudge})
+        pending = state.conversation.pending + nudge
+        return replace(
+            state,
+            context=replace(window, warned=True),
+            conversation=replace(state.conversation, pending=pending),
+        )
     note = (
         f"compacted the context ({result.strategy}): ~{result.tokens_before} -> "
         f"~{result.tokens_after} tokens at step {state.step}"
     )
-    return with_diagnostic(
-        state.model_copy(
-            update={
-                "conversation": result.conversation or state.conversation,
-                "context_tokens": int(result.tokens_after * state.calibration),
-                "compacted_step": state.step,
-                "compaction_stage": max(
-                    stage, state.compaction_stage if state.compacted_step == state.step else 0
-                ),
-                "compaction_due": None,
-                "compactions": state.compactions + 1,
-            }
-        ),
-        note,
+    compacted = replace(
+        window,
+        tokens=int(result.tokens_after * window.calibration),
+        compacted_step=state.step,
+        compaction_stage=max(stage, _stage_now(state)),
+        compaction_due=None,
+        compactions=window.compactions + 1,
     )
+    head = result.conversation or state.conversation.head
+    conversation = replace(state.conversation, head=head)
+    return with_diagnostic(replace(state, context=compacted, conversation=conversation), note)
 
 
 def on_compaction_failed(state: RunState, error: str) -> RunState:
     """No further compaction this step; the plan then proceeds or rejects on the fill alone."""
-    given_up = {"compacted_step": state.step, "compaction_stage": 2, "compaction_due": None}
-    return with_diagnostic(state.model_copy(update=given_up), f"compaction failed: {error}")
+    given_up = replace(
+        state.context, compacted_step=state.step, compaction_stage=2, compaction_due=None
+    )
+    return with_diagnostic(replace(state, context=given_up), f"compaction failed: {error}")
 
 
 def with_diagnostic(state: RunState, note: str) -> RunState:
-    return state.model_copy(update={"diagnostics": (*state.diagnostics, note)[-MAX_DIAGNOSTICS:]})
-
-
-def terminate(state: RunState, reason: TerminalReason, error: str | None) -> RunState:
-    return state.model_copy(update={"terminal": reason, "error": error, "phase": "finished"})
+    """Note something for `status` and the transcript (bounded)."""
+    return replace(state, diagnostics=(*state.diagnostics, note)[-MAX_DIAGNOSTICS:])

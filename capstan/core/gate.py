@@ -2,31 +2,35 @@
 
 Pure: called by the loop when a reply arrives. Each call ends up in exactly one of three places:
 an outcome decided now (`decided`), an open request (`approvals` / `questions`), or neither,
-which means it runs when no request of the turn is open any more.
+which means it runs when no request of the turn is open any more. The gate returns the sorted
+`Turn`; the loop moves the run to `acting` with it (`capstan.core.transitions`).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from capstan.core import budgets, nudges, policy
 from capstan.core.finish import finish_answer
 from capstan.core.messages import ToolCall
-from capstan.core.state import MAX_RECORDS, RunState
+from capstan.core.state import MAX_RECORDS, RunState, Turn
 from capstan.core.steering import ApprovalRecord, ApprovalRequest, Question
 from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolFailed, ToolInfo
 
 __all__ = ["expire_requests", "gate_turn", "open_requests"]
 
 
-def gate_turn(state: RunState, calls: tuple[ToolCall, ...]) -> RunState:
-    """Sort the turn's calls and return the state in phase `acting`."""
+def gate_turn(
+    state: RunState, calls: tuple[ToolCall, ...]
+) -> tuple[Turn, tuple[ApprovalRecord, ...]]:
+    """Sort the turn's calls: the turn to act on, and the records of policy denials."""
     decided: list[ToolFailed] = []
     approvals: list[ApprovalRequest] = []
     questions: list[Question] = []
     records: list[ApprovalRecord] = []
-    cap = budgets.limit(state, "tool_calls") if state.guarded else None
+    cap = budgets.limit(state, "tool_calls")
     allowed = None if cap is None else max(int(cap) - state.usage.tool_calls, 0)
     for call in calls:
         verdict = _gate(state, call, alone=len(calls) == 1)
@@ -44,18 +48,13 @@ def gate_turn(state: RunState, calls: tuple[ToolCall, ...]) -> RunState:
             approvals.append(verdict)
         elif isinstance(verdict, Question):
             questions.append(verdict)
-    return state.model_copy(
-        update={
-            "phase": "acting",
-            "turn_calls": calls,
-            "decided": tuple(decided),
-            "approvals": tuple(approvals),
-            "questions": tuple(questions),
-            "approved_args": {},
-            "edited": {},
-            "records": (state.records + tuple(records))[-MAX_RECORDS:],
-        }
+    turn = Turn(
+        calls=calls,
+        decided=tuple(decided),
+        approvals=tuple(approvals),
+        questions=tuple(questions),
     )
+    return turn, tuple(records)
 
 
 Verdict = ToolFailed | ApprovalRequest | Question | None
@@ -69,13 +68,11 @@ def _gate(state: RunState, call: ToolCall, *, alone: bool) -> Verdict:
         return ToolFailed(
             call_id=call.id, failure="invalid_arguments", error=finish_answer(call)[1] or ""
         )
-    if call.name == ASK_USER_TOOL and state.gating:
+    if call.name == ASK_USER_TOOL:
         return _question(state, call)
     if call.name not in state.catalog.names:
         error = nudges.unknown_tool(call.name, state.catalog.names)
         return ToolFailed(call_id=call.id, failure="unknown_tool", error=error)
-    if not state.gating:
-        return None  # runs from before tool policy existed: everything known runs
     return _by_policy(state, call, state.catalog.tools.get(call.name, ToolInfo()))
 
 
@@ -87,7 +84,7 @@ def _by_policy(state: RunState, call: ToolCall, info: ToolInfo) -> Verdict:
     decision, reason = policy.policy_for(call.name, info, state.spec, state.rule_of_two)
     if decision == "deny":
         return ToolFailed(call_id=call.id, failure="denied", error=f"denied by policy: {reason}")
-    if decision == "allow" or call.name in state.always:
+    if decision == "allow" or call.name in state.steering.always:
         return None
     return ApprovalRequest(
         request_id=f"{state.run_id}/{state.step}/{call.id}",
@@ -141,18 +138,19 @@ def _policy_record(state: RunState, call: ToolCall, reason: str) -> ApprovalReco
 
 
 def open_requests(state: RunState) -> list[ApprovalRequest | Question]:
-    return [*state.approvals, *state.questions]
+    return [*state.turn.approvals, *state.turn.questions]
 
 
 def expire_requests(state: RunState, now: datetime) -> RunState:
+    """Settle overdue requests: denied as `expired`, or (by the spec) a requested cancellation,
+    which the boundary then records as the run's end."""
     overdue = [r for r in open_requests(state) if r.expires_at <= now]
     if not overdue:
         return state
     if state.spec.approval_expiry == "cancel":
         first = overdue[0].request_id
-        return state.model_copy(
-            update={"cancel_reason": f"request {first} expired without a decision"}
-        )
+        reason = f"request {first} expired without a decision"
+        return replace(state, steering=replace(state.steering, cancel_reason=reason))
     gone = {r.request_id for r in overdue}
     failures = tuple(
         ToolFailed(
@@ -172,11 +170,12 @@ def expire_requests(state: RunState, now: datetime) -> RunState:
         )
         for r in overdue
     )
-    return state.model_copy(
-        update={
-            "approvals": tuple(r for r in state.approvals if r.request_id not in gone),
-            "questions": tuple(q for q in state.questions if q.request_id not in gone),
-            "decided": state.decided + failures,
-            "records": (state.records + records)[-MAX_RECORDS:],
-        }
+    turn = state.turn
+    turn = replace(
+        turn,
+        approvals=tuple(r for r in turn.approvals if r.request_id not in gone),
+        questions=tuple(q for q in turn.questions if q.request_id not in gone),
+        decided=turn.decided + failures,
     )
+    kept = (state.steering.records + records)[-MAX_RECORDS:]
+    return replace(state, turn=turn, steering=replace(state.steering, records=kept))

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import field, replace
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic.dataclasses import dataclass
 
 from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, ToolCall
@@ -29,7 +30,7 @@ from capstan.core.tooling import ToolFailed, ToolOutcome
 
 __all__ = [
     "Breaker",
-    "GuardState",
+    "Streaks",
     "TurnProblem",
     "after_tools",
     "after_turn",
@@ -51,17 +52,17 @@ _TOOL_TAGS = re.compile(
 )
 
 
-class GuardState(BaseModel):
+@dataclass(frozen=True)
+class Streaks:
     """Streak counters, carried across continue-as-new."""
-
-    model_config = ConfigDict(frozen=True)
 
     last_calls: tuple[str, ...] = ()
     identical: int = 0
     truncated: int = 0
-    argument_errors: dict[str, int] = {}
+    argument_errors: dict[str, int] = field(default_factory=dict)
     fruitless: int = 0
-    similar: dict[str, tuple[str, int, int]] = {}  # tool -> (last args, last length, streak)
+    # tool -> (last args, last length, streak)
+    similar: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     nudged: tuple[str, ...] = ()
     succeeded: tuple[str, ...] = ()
 
@@ -105,21 +106,16 @@ def _signature(call: ToolCall) -> str:
 
 
 def after_turn(
-    guard: GuardState, calls: tuple[ToolCall, ...], truncated: bool
-) -> tuple[GuardState, int, int]:
+    guard: Streaks, calls: tuple[ToolCall, ...], truncated: bool
+) -> tuple[Streaks, int, int]:
     """Fold one turn's calls: (state, identical streak, truncated streak)."""
     signatures = tuple(_signature(c) for c in calls)
     repeated = bool(signatures) and any(s in guard.last_calls for s in signatures)
     identical = guard.identical + 1 if repeated else (1 if signatures else 0)
     truncated_run = guard.truncated + 1 if truncated and calls else 0
     nudged = guard.nudged if repeated else tuple(n for n in guard.nudged if n != "identical_call")
-    updated = guard.model_copy(
-        update={
-            "last_calls": signatures,
-            "identical": identical,
-            "truncated": truncated_run,
-            "nudged": nudged,
-        }
+    updated = replace(
+        guard, last_calls=signatures, identical=identical, truncated=truncated_run, nudged=nudged
     )
     return updated, identical, truncated_run
 
@@ -131,12 +127,12 @@ def _length(outcome: ToolOutcome) -> int:
 
 
 def after_tools(
-    guard: GuardState,
+    guard: Streaks,
     calls: tuple[ToolCall, ...],
     outcomes: dict[str, ToolOutcome],
     fruitless_chars: int,
     similar_window: int,
-) -> tuple[GuardState, dict[str, int]]:
+) -> tuple[Streaks, dict[str, int]]:
     """Fold one turn's results: (state, the current streak of each breaker)."""
     fruitless = guard.fruitless
     errors = dict(guard.argument_errors)
@@ -164,13 +160,12 @@ def after_tools(
         "similar_results": max((v[2] for v in similar.values()), default=0),
     }
     nudged = tuple(n for n in guard.nudged if streaks.get(n, 1) > 0)
-    updated = guard.model_copy(
-        update={
-            "fruitless": fruitless,
-            "argument_errors": errors,
-            "similar": similar,
-            "nudged": nudged,
-            "succeeded": tuple(succeeded),
-        }
+    updated = replace(
+        guard,
+        fruitless=fruitless,
+        argument_errors=errors,
+        similar=similar,
+        nudged=nudged,
+        succeeded=tuple(succeeded),
     )
     return updated, streaks

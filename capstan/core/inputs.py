@@ -2,18 +2,28 @@
 
 Pure. `check` says why an input would be rejected (the update validators call it, so a rejected
 update writes nothing to history); `apply_input` folds an accepted input, and records a rejected
-signal as a diagnostic instead. Every input is applied at most once per id.
+signal as a diagnostic instead. Every input is applied at most once per id. An input never moves
+the run's phase: a cancellation is a request the next boundary settles, and a grant of zero steps
+comes back as an `Ending` verdict for the loop to record.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import assert_never
 
 from capstan.core import policy
 from capstan.core.content import Text
 from capstan.core.messages import Message
 from capstan.core.spec import TerminalReason
-from capstan.core.state import MAX_APPLIED_IDS, MAX_DIAGNOSTICS, MAX_RECORDS, RunState
+from capstan.core.state import (
+    MAX_APPLIED_IDS,
+    MAX_DIAGNOSTICS,
+    MAX_RECORDS,
+    Ending,
+    RunState,
+    Steering,
+)
 from capstan.core.steering import (
     Answer,
     ApprovalRecord,
@@ -33,7 +43,7 @@ __all__ = ["apply_input", "check", "is_duplicate", "note_refused"]
 
 
 def is_duplicate(state: RunState, item: SteeringInput) -> bool:
-    return bool(item.id) and item.id in state.applied_ids
+    return bool(item.id) and item.id in state.steering.applied_ids
 
 
 def check(state: RunState, item: SteeringInput) -> str | None:
@@ -43,7 +53,7 @@ def check(state: RunState, item: SteeringInput) -> str | None:
     if isinstance(item, Decision):
         return _check_decision(state, item)
     if isinstance(item, Answer) and not any(
-        q.request_id == item.request_id for q in state.questions
+        q.request_id == item.request_id for q in state.turn.questions
     ):
         return f"no open question {item.request_id!r} (unknown, stale or already answered)"
     return None
@@ -69,73 +79,86 @@ def _check_decision(state: RunState, d: Decision) -> str | None:
     return None
 
 
-def apply_input(state: RunState, item: SteeringInput) -> RunState:
-    """Fold one input. Duplicates change nothing; rejected inputs leave a diagnostic."""
+def apply_input(state: RunState, item: SteeringInput) -> tuple[RunState, Ending | None]:
+    """Fold one input; the verdict is the run's end when the input ends it. Duplicates change
+    nothing; rejected inputs leave a diagnostic."""
     if is_duplicate(state, item):
-        return state
+        return state, None
     problem = check(state, item)
     if problem is not None:
-        return note_refused(state, f"ignored {item.kind} {item.id or '(no id)'}: {problem}")
-    state = _fold(state, item)
-    if item.id:
-        state = state.model_copy(
-            update={"applied_ids": (*state.applied_ids, item.id)[-MAX_APPLIED_IDS:]}
+        return note_refused(state, f"ignored {item.kind} {item.id or '(no id)'}: {problem}"), None
+    if isinstance(item, StepGrant) and item.steps == 0:
+        ending = Ending(
+            reason=TerminalReason.MAX_STEPS,
+            error=f"stopped after {state.step} steps: no more steps granted",
         )
-    return state
+        return _applied(state, item), ending
+    return _applied(_fold(state, item), item), None
+
+
+def _applied(state: RunState, item: SteeringInput) -> RunState:
+    if not item.id:
+        return state
+    ids = (*state.steering.applied_ids, item.id)[-MAX_APPLIED_IDS:]
+    return replace(state, steering=replace(state.steering, applied_ids=ids))
 
 
 def note_refused(state: RunState, note: str) -> RunState:
     """Record why an input was not applied, where `status` and the transcript show it."""
-    return state.model_copy(update={"diagnostics": (*state.diagnostics, note)[-MAX_DIAGNOSTICS:]})
+    return replace(state, diagnostics=(*state.diagnostics, note)[-MAX_DIAGNOSTICS:])
 
 
 def _fold(state: RunState, item: SteeringInput) -> RunState:
     match item:
         case Decision():
             return _decide(state, item)
-        case PauseRequest():
-            return state.model_copy(update={"paused": True})
-        case ResumeRequest():
-            return state.model_copy(update={"paused": False})
-        case CancelRequest(reason=reason):
-            if state.cancel_reason is not None:
-                return state
-            return state.model_copy(update={"cancel_reason": reason or "cancelled by a user"})
-        case LiveMessage(text=text, id=mid):
-            message = Message(role="user", content=text, origin="live", source_id=mid or None)
-            return state.model_copy(update={"inbox": (*state.inbox, message)})
         case Answer():
             return _answer(state, item)
         case BudgetGrant(budget=budget, amount=amount):
-            extra = dict(state.budget_extra)
+            extra = dict(state.budget.extra)
             extra[budget] = extra.get(budget, 0.0) + amount
-            return state.model_copy(update={"budget_extra": extra})
+            return replace(state, budget=replace(state.budget, extra=extra))
         case StepGrant(steps=steps):
-            if steps == 0:
-                return state.model_copy(
-                    update={
-                        "terminal": TerminalReason.MAX_STEPS,
-                        "error": f"stopped after {state.step} steps: no more steps granted",
-                        "phase": "finished",
-                    }
-                )
-            return state.model_copy(update={"extra_steps": state.extra_steps + steps})
+            granted = state.budget.extra_steps + steps
+            return replace(state, budget=replace(state.budget, extra_steps=granted))
+        case PauseRequest() | ResumeRequest() | CancelRequest() | LiveMessage():
+            return replace(state, steering=_steer(state.steering, item))
+        case _:
+            assert_never(item)
+
+
+def _steer(
+    steering: Steering, item: PauseRequest | ResumeRequest | CancelRequest | LiveMessage
+) -> Steering:
+    match item:
+        case PauseRequest():
+            return replace(steering, paused=True)
+        case ResumeRequest():
+            return replace(steering, paused=False)
+        case CancelRequest(reason=reason):
+            if steering.cancel_reason is not None:
+                return steering
+            return replace(steering, cancel_reason=reason or "cancelled by a user")
+        case LiveMessage(text=text, id=mid):
+            message = Message(role="user", content=text, origin="live", source_id=mid or None)
+            return replace(steering, inbox=(*steering.inbox, message))
         case _:
             assert_never(item)
 
 
 def _open_request(state: RunState, request_id: str) -> ApprovalRequest | None:
-    return next((r for r in state.approvals if r.request_id == request_id), None)
+    return next((r for r in state.turn.approvals if r.request_id == request_id), None)
 
 
 def _decide(state: RunState, d: Decision) -> RunState:
     request = _open_request(state, d.request_id)
     assert request is not None
-    approved = dict(state.approved_args)
-    edited = dict(state.edited)
-    decided = list(state.decided)
+    turn = state.turn
+    approved = dict(turn.approved_args)
+    edited = dict(turn.edited)
+    decided = list(turn.decided)
     closing = [request]
-    always = state.always
+    always = state.steering.always
     executed: Text | None = request.arguments
     if d.action == "deny":
         reason = d.reason or "no reason given"
@@ -154,7 +177,7 @@ def _decide(state: RunState, d: Decision) -> RunState:
         approved[request.call_id] = request.arguments
         if d.action == "always":
             always = (*always, request.tool) if request.tool not in always else always
-            closing += [r for r in state.approvals if r.tool == request.tool and r is not request]
+            closing += [r for r in turn.approvals if r.tool == request.tool and r is not request]
             for r in closing[1:]:
                 approved[r.call_id] = r.arguments
     records = [
@@ -171,20 +194,19 @@ def _decide(state: RunState, d: Decision) -> RunState:
         for r in closing
     ]
     closed = {r.request_id for r in closing}
-    return state.model_copy(
-        update={
-            "approvals": tuple(r for r in state.approvals if r.request_id not in closed),
-            "approved_args": approved,
-            "edited": edited,
-            "decided": tuple(decided),
-            "always": always,
-            "records": (*state.records, *records)[-MAX_RECORDS:],
-        }
+    turn = replace(
+        turn,
+        approvals=tuple(r for r in turn.approvals if r.request_id not in closed),
+        approved_args=approved,
+        edited=edited,
+        decided=tuple(decided),
     )
+    kept = (*state.steering.records, *records)[-MAX_RECORDS:]
+    return replace(state, turn=turn, steering=replace(state.steering, always=always, records=kept))
 
 
 def _answer(state: RunState, a: Answer) -> RunState:
-    question = next(q for q in state.questions if q.request_id == a.request_id)
+    question = next(q for q in state.turn.questions if q.request_id == a.request_id)
     record = ApprovalRecord(
         request_id=a.request_id,
         tool="ask_user",
@@ -193,10 +215,10 @@ def _answer(state: RunState, a: Answer) -> RunState:
         at=state.now,
         executed_arguments=a.text,
     )
-    return state.model_copy(
-        update={
-            "questions": tuple(q for q in state.questions if q is not question),
-            "decided": (*state.decided, ToolSucceeded(call_id=question.call_id, output=a.text)),
-            "records": (*state.records, record)[-MAX_RECORDS:],
-        }
+    turn = replace(
+        state.turn,
+        questions=tuple(q for q in state.turn.questions if q is not question),
+        decided=(*state.turn.decided, ToolSucceeded(call_id=question.call_id, output=a.text)),
     )
+    kept = (*state.steering.records, record)[-MAX_RECORDS:]
+    return replace(state, turn=turn, steering=replace(state.steering, records=kept))

@@ -1,15 +1,20 @@
 """The ReAct loop as a pure state machine: state + outcome of the last effect -> next effect.
 
-This module owns every transition of a run. It never does IO, never reads a clock, the
+This module owns every transition of a run: `next_effect` reads the state and decides, `apply`
+folds an outcome in and is the only writer, moving the phase and recording the end through
+`capstan.core.transitions`. The helpers it calls (gate, turn checks, guards, budgets, context
+planning, the steering fold) return verdicts. It never does IO, never reads a clock, the
 environment or a random source, and never imports Temporal: the workflow (`workflows.agent`) and
-the in-process runner (`capstan.local`) are thin interpreters of it.
+the scripted driver of the unit tests are thin interpreters of it.
 
 One iteration, in order:
 
-1. Boundary (the interpreter folds `Boundary(now)` before every decision): a requested
-   cancellation ends the run; a paused run waits for `resume`; expired approvals are settled;
-   live messages are drained into the next model request; the step limit ends the run with
-   `max_steps` or waits for `grant_steps`; a long segment asks for continue-as-new.
+1. Boundary (the interpreter folds `Boundary(now)` before every decision): expired approvals are
+   settled; live messages are drained into the next model request; then the end the rules call
+   for is recorded in the state (a requested cancellation, a spent budget, the step limit, a
+   request too long for the window), so `status` shows a finished run as finished. A paused run
+   waits for `resume`; at the step limit a run that asks for it waits for `grant_steps`; a long
+   segment asks for continue-as-new.
 2. Think: `CallModel` with the conversation head and the messages since then.
 3. Check the turn: a text-only reply completes the run (`text` mode) or gets a bounded nudge
    (`tool` mode); `finish` alone with a valid answer completes the run.
@@ -23,53 +28,50 @@ One iteration, in order:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
-from capstan.core import budgets, context, nudges
-from capstan.core.activity_io import (
-    CallModelInput,
-    CheckFinishInput,
-    DescribeModelInput,
-    ListToolsInput,
-    ModelReply,
-    RunToolInput,
-)
+from capstan.core import context, nudges
+from capstan.core.activity_io import ModelReply
 from capstan.core.content import Text
+from capstan.core.decision import decide
 from capstan.core.effects import (
     AwaitInput,
     Boundary,
-    CallModel,
     CancelRequested,
-    CheckFinish,
-    CompactContext,
     CompactionFailed,
     ContextCompacted,
-    ContinueAsNew,
-    DescribeModel,
     Effect,
-    Finish,
     FinishChecked,
     InputRefused,
-    LoadTools,
     ModelDescribed,
     ModelFailed,
     ModelReplied,
     Outcome,
-    RunTools,
     Steered,
     ToolsFinished,
     ToolsLoaded,
     ToolsUnavailable,
 )
 from capstan.core.finish import finish_answer
-from capstan.core.gate import expire_requests, gate_turn, open_requests
+from capstan.core.gate import expire_requests, gate_turn
 from capstan.core.inputs import apply_input, note_refused
-from capstan.core.messages import Message, Usage
+from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.policy import rule_of_two_applies
-from capstan.core.spec import FinishMode, RunResult, RunSpec, RunStatus, TerminalReason
-from capstan.core.state import RunState
+from capstan.core.spec import FinishMode, RunSpec, RunStatus, TerminalReason
+from capstan.core.state import MAX_RECORDS, Conversation, Ending, RunState, Segment, Turn
+from capstan.core.steering import ApprovalRecord
 from capstan.core.tooling import FINISH_TOOL, ToolFailed, ToolInfo, ToolOutcome, ToolSucceeded
+from capstan.core.transitions import (
+    IllegalTransitionError,
+    act,
+    apply_verdict,
+    end,
+    expect,
+    observe,
+    think,
+)
 from capstan.core.turns import (
     finalize_warning,
     finish_hooked,
@@ -96,22 +98,8 @@ DEFAULT_SYSTEM_PROMPT = (
 )
 
 
-class IllegalTransitionError(RuntimeError):
-    """An outcome arrived that the current phase cannot accept: a bug in an interpreter."""
-
-
-def initial_state(
-    spec: RunSpec,
-    run_id: str,
-    *,
-    gating: bool = True,
-    context_managed: bool = True,
-    guarded: bool = True,
-) -> RunState:
-    """The state of a new run: the system prompt and the task are pending for the first call.
-
-    `gating=False` reproduces runs recorded before tool policy existed (every known tool runs).
-    """
+def initial_state(spec: RunSpec, run_id: str) -> RunState:
+    """The state of a new run: the system prompt and the task are pending for the first call."""
     system = spec.system_prompt or DEFAULT_SYSTEM_PROMPT
     if spec.finish_mode is FinishMode.TEXT and spec.system_prompt is None:
         system = "You are a careful agent. Use tools when needed; reply in plain text when done."
@@ -119,42 +107,23 @@ def initial_state(
         Message(role="system", content=system, origin="system"),
         Message(role="user", content=spec.task, origin="task"),
     )
-    return RunState(
-        spec=spec,
-        run_id=run_id,
-        pending=pending,
-        gating=gating,
-        context_managed=context_managed,
-        guarded=guarded,
-    )
+    return RunState(spec=spec, run_id=run_id, conversation=Conversation(pending=pending))
 
 
 def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
     """Decide what the run does next. The interpreter performs it and reports the outcome.
 
-    `continue_suggested` is the interpreter's hint that its history is getting long.
+    `continue_suggested` is the interpreter's hint that its history is getting long. Only reads:
+    an end the rules call for was recorded by the boundary fold, and deciding on a state where
+    it was not (no `Boundary` folded first) is an interpreter bug.
     """
-    gate = _boundary_gate(state)
-    if gate is not None:
-        return gate
-    match state.phase:
-        case "starting":
-            if state.catalog is None:
-                return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
-            return DescribeModel(request=DescribeModelInput(profile=state.spec.model))
-        case "thinking":
-            return _thinking(state, continue_suggested)
-        case "acting":
-            if state.approvals or state.questions:
-                times = [r.expires_at for r in open_requests(state)]
-                if (wall := budgets.deadline(state)) is not None:
-                    times.append(wall)
-                return AwaitInput(waiting_for=tuple(state.waiting_for()), until=min(times))
-            return _run_tools(state)
-        case "finished":
-            return Finish(result=_result(state))
-        case _:
-            assert_never(state.phase)
+    decision = decide(state, continue_suggested)
+    if isinstance(decision, Ending):
+        raise IllegalTransitionError(
+            f"the run must end ({decision.reason.value}) but no fold recorded it: "
+            "fold Boundary before every decision"
+        )
+    return decision
 
 
 def apply(state: RunState, outcome: Outcome) -> RunState:
@@ -165,60 +134,29 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
         case Boundary(now=now):
             return _at_boundary(state, now)
         case ToolsLoaded(catalog=catalog):
-            _expect(state, "starting", outcome.kind)
-            rule_of_two = state.gating and rule_of_two_applies(catalog, state.spec)
-            phase = "starting" if state.context_managed else "thinking"
-            return state.model_copy(
-                update={"catalog": catalog, "phase": phase, "rule_of_two": rule_of_two}
-            )
+            expect(state, ("starting",), outcome.kind)
+            rule_of_two = rule_of_two_applies(catalog, state.spec)
+            return replace(state, catalog=catalog, rule_of_two=rule_of_two)
         case ToolsUnavailable(error=error):
-            _expect(state, "starting", outcome.kind)
-            return context.terminate(
-                state, TerminalReason.FAILED, f"could not list the run's tools: {error}"
-            )
+            expect(state, ("starting",), outcome.kind)
+            problem = f"could not list the run's tools: {error}"
+            return end(state, Ending(reason=TerminalReason.FAILED, error=problem))
         case ModelDescribed(chain=chain):
-            _expect(state, "starting", outcome.kind)
-            return state.model_copy(update={"model_chain": chain, "phase": "thinking"})
+            expect(state, ("starting",), outcome.kind)
+            return think(replace(state, context=replace(state.context, model_chain=chain)))
         case FinishChecked() | ContextCompacted() | CompactionFailed():
-            _expect(state, "thinking", outcome.kind)
+            expect(state, ("thinking",), outcome.kind)
             return _between_calls(state, outcome)
         case ModelReplied(reply=reply):
-            _expect(state, "thinking", outcome.kind)
+            expect(state, ("thinking",), outcome.kind)
             return _on_reply(state, reply)
         case ModelFailed(error=error, error_type=error_type):
-            _expect(state, ("starting", "thinking"), outcome.kind)
-            return context.on_model_failed(state, error or "the model call failed", error_type)
+            expect(state, ("starting", "thinking"), outcome.kind)
+            failed = context.on_model_failed(state, error or "the model call failed", error_type)
+            return end(state, failed) if isinstance(failed, Ending) else failed
         case ToolsFinished(results=results):
-            _expect(state, "acting", outcome.kind)
+            expect(state, ("acting",), outcome.kind)
             return _on_tools_finished(state, results)
-        case _:
-            assert_never(outcome)
-
-
-def _on_human(state: RunState, outcome: CancelRequested | Steered | InputRefused) -> RunState:
-    """Outcomes that come from people, not from an effect: they may arrive at any time."""
-    match outcome:
-        case CancelRequested(reason=reason):
-            if state.terminal is not None or state.cancel_reason is not None:
-                return state
-            return state.model_copy(update={"cancel_reason": reason or "cancelled"})
-        case Steered(input=item):
-            return apply_input(state, item)
-        case InputRefused(problem=problem):
-            return note_refused(state, problem)
-
-
-def _between_calls(
-    state: RunState, outcome: FinishChecked | ContextCompacted | CompactionFailed
-) -> RunState:
-    """Outcomes of the effects a run may take between two model calls."""
-    match outcome:
-        case FinishChecked(verdict=verdict):
-            return on_finish_checked(state, verdict)
-        case ContextCompacted(result=result):
-            return context.on_compacted(state, result)
-        case CompactionFailed(error=error):
-            return context.on_compaction_failed(state, error)
         case _:
             assert_never(outcome)
 
@@ -226,16 +164,15 @@ def _between_calls(
 def status(state: RunState) -> RunStatus:
     """The `status` query: the state's view, with what the run waits for taken from the
     decision the loop would make now (so a spent budget awaiting a grant shows too)."""
-    view = state.status()
-    effect = next_effect(state)
-    if isinstance(effect, AwaitInput):
-        view = view.model_copy(update={"waiting_for": list(effect.waiting_for)})
-    return view
+    decision = decide(state, continue_suggested=False)
+    if isinstance(decision, AwaitInput):
+        return state.status(waiting_for=list(decision.waiting_for))
+    return state.status()
 
 
 def carry_over(state: RunState) -> RunState:
     """The state a continued-as-new run starts from."""
-    return state.model_copy(update={"segment_steps": 0, "continued": state.continued + 1})
+    return replace(state, segment=Segment(steps=0, continued=state.segment.continued + 1))
 
 
 def observation_text(outcome: ToolOutcome) -> Text:
@@ -245,220 +182,180 @@ def observation_text(outcome: ToolOutcome) -> Text:
     return outcome.output
 
 
-# Transitions -----------------------------------------------------------------------------------
+# Folding (the only writer) -----------------------------------------------------------------------
 
 
-def _expect(state: RunState, phase: str | tuple[str, ...], kind: str) -> None:
-    if state.phase not in ((phase,) if isinstance(phase, str) else phase):
-        raise IllegalTransitionError(f"outcome {kind!r} arrived in phase {state.phase!r}")
+def _on_human(state: RunState, outcome: CancelRequested | Steered | InputRefused) -> RunState:
+    """Outcomes that come from people, not from an effect: they may arrive at any time."""
+    match outcome:
+        case CancelRequested(reason=reason):
+            # Temporal cancelled the run: it ends now (a cancel signal before wins the reason)
+            if state.ending is not None:
+                return state
+            why = state.steering.cancel_reason or reason or "cancelled"
+            return end(state, Ending(reason=TerminalReason.CANCELLED, error=why))
+        case Steered(input=item):
+            state, ending = apply_input(state, item)
+            return state if ending is None else end(state, ending)
+        case InputRefused(problem=problem):
+            return note_refused(state, problem)
 
 
-def _boundary_gate(state: RunState) -> Effect | None:
-    """What stops the run at any boundary: its end, a cancellation, spent wall time, a pause."""
-    if state.terminal is not None:
-        return Finish(result=_result(state))
-    if state.cancel_reason is not None:
-        return Finish(
-            result=_result(_terminate(state, TerminalReason.CANCELLED, state.cancel_reason))
-        )
-    spent = budgets.exhausted(state, before_model_call=False) if state.guarded else None
-    if spent is not None and (spent[0] == "wall_seconds" or state.phase == "thinking"):
-        return _budget_spent(state, spent)
-    if state.paused:
-        return AwaitInput(waiting_for=("resume",), until=budgets.deadline(state))
-    return None
+def _at_boundary(state: RunState, now: datetime) -> RunState:
+    """Settle what time decides (expiries), drain live messages before the next model call,
+    then record the end the rules call for now, if any."""
+    if state.ending is not None:
+        return state
+    state = expire_requests(replace(state, now=now), now)
+    if state.budget.started_at is None:
+        state = replace(state, budget=replace(state.budget, started_at=now))
+    steering = state.steering
+    if state.phase == "thinking" and not steering.paused and steering.inbox:
+        stamped = tuple(_stamped(m, state.step) for m in steering.inbox)
+        state = _queue(replace(state, steering=replace(steering, inbox=())), stamped)
+    note = finalize_warning(state)
+    if note is not None:
+        state = _queue(replace(state, guards=replace(state.guards, finalize_warned=True)), (note,))
+    decision = decide(state, continue_suggested=False)
+    return end(state, decision) if isinstance(decision, Ending) else state
 
 
-def _thinking(state: RunState, continue_suggested: bool) -> Effect:
-    """A finish awaiting its check, step limit, continue-as-new, compaction, the model call."""
-    if state.finish_pending is not None:
-        answer, _ = finish_answer(state.finish_pending)
-        return CheckFinish(
-            request=CheckFinishInput(run_id=state.run_id, step=state.step, answer=answer)
-        )
-    if state.awaiting_steps:
-        return AwaitInput(waiting_for=("steps",))
-    if state.step >= state.step_limit:
-        done = _terminate(state, TerminalReason.MAX_STEPS, f"stopped after {state.step} steps")
-        return Finish(result=_result(done))
-    if state.segment_steps >= state.spec.continue_as_new_every or (
-        continue_suggested and state.segment_steps > 0
-    ):
-        return ContinueAsNew()
-    decision = context.plan(state)
-    if decision == "reject":
-        needed = context.estimate_request(state)
-        usable = state.model.usable_window if state.model else 0
-        problem = f"the next request needs ~{needed} tokens; the model allows {usable}"
-        return Finish(result=_result(_terminate(state, TerminalReason.PROMPT_TOO_LONG, problem)))
-    if decision is not None:
-        return CompactContext(request=context.compact_request(state, decision))
-    if state.guarded and (spent := budgets.exhausted(state, before_model_call=True)):
-        return _budget_spent(state, spent)
-    return CallModel(request=_model_request(state))
+def _queue(state: RunState, messages: tuple[Message, ...]) -> RunState:
+    """Add messages to those the next model call sends."""
+    pending = state.conversation.pending + messages
+    return replace(state, conversation=replace(state.conversation, pending=pending))
 
 
-def _budget_spent(state: RunState, spent: tuple[str, str]) -> Effect:
-    """End the run naming the budget, or wait for a grant when the run asks for that."""
-    name, detail = spent
-    if state.spec.budgets.wait_for_grant and name != "wall_seconds":
-        return AwaitInput(waiting_for=(f"budget:{name}",), until=budgets.deadline(state))
-    return Finish(result=_result(_terminate(state, TerminalReason.BUDGET_EXHAUSTED, detail)))
-
-
-def _model_request(state: RunState) -> CallModelInput:
-    assert state.catalog is not None
-    policy = state.spec.context
-    return CallModelInput(
-        run_id=state.run_id,
-        step=state.step + 1,
-        profile=state.profile,
-        conversation=state.conversation,
-        new_messages=state.pending,
-        tools=state.catalog.specs_ref,
-        observation_max_chars=state.spec.observation_max_chars,
-        tool_result_max_tokens=policy.tool_result_max_tokens,
-        tool_result_window_share=policy.tool_result_window_share,
-        tool_result_max_lines=policy.tool_result_max_lines,
-        tool_result_max_bytes=policy.tool_result_max_bytes,
+def _stamped(message: Message, step: int) -> Message:
+    """A live message as the model gets it: stamped with the step it was drained at."""
+    return Message(
+        role=message.role,
+        content=message.content,
+        origin=message.origin,
+        source_id=message.source_id,
+        step=step,
     )
 
 
-def _run_tools(state: RunState) -> RunTools:
-    assert state.catalog is not None
-    decided = {d.call_id for d in state.decided}
-    to_run = tuple(c for c in state.turn_calls if c.id not in decided)
-    default_timeout = state.spec.tuning.tool_default_timeout
-    return RunTools(
-        calls=tuple(
-            RunToolInput(
-                run_id=state.run_id,
-                step=state.step,
-                call_id=c.id,
-                name=c.name,
-                arguments=state.approved_args.get(c.id, c.arguments),
-                idempotency_key=f"{state.run_id}/{state.step}/{c.id}",
-            )
-            for c in to_run
-        ),
-        concurrency=state.spec.tool_concurrency,
-        timeouts=tuple(state.catalog.timeout_for(c.name, default_timeout) for c in to_run),
+def _between_calls(
+    state: RunState, outcome: FinishChecked | ContextCompacted | CompactionFailed
+) -> RunState:
+    """Outcomes of the effects a run may take between two model calls."""
+    match outcome:
+        case FinishChecked(verdict=hook):
+            guards, verdict = on_finish_checked(state, hook)
+            return apply_verdict(replace(state, guards=guards), verdict)
+        case ContextCompacted(result=result):
+            return context.on_compacted(state, result)
+        case CompactionFailed(error=error):
+            return context.on_compaction_failed(state, error)
+        case _:
+            assert_never(outcome)
+
+
+def _replied(state: RunState, reply: ModelReply) -> RunState:
+    """A reply's bookkeeping: a step, its usage, the new head, the calibration of estimates."""
+    window = state.context
+    calibration = window.calibration
+    if reply.estimated_input_tokens > 0 and reply.usage.input_tokens > 0:
+        calibration = min(max(reply.usage.input_tokens / reply.estimated_input_tokens, 0.5), 3.0)
+    tokens = reply.usage.input_tokens + reply.usage.output_tokens
+    return replace(
+        state,
+        step=state.step + 1,
+        segment=replace(state.segment, steps=state.segment.steps + 1),
+        conversation=Conversation(head=reply.conversation),
+        usage=state.usage + reply.usage + Usage(model_calls=1),
+        context=replace(window, tokens=tokens, calibration=calibration),
     )
 
 
 def _on_reply(state: RunState, reply: ModelReply) -> RunState:
-    calibration = state.calibration
-    if reply.estimated_input_tokens > 0 and reply.usage.input_tokens > 0:
-        calibration = min(max(reply.usage.input_tokens / reply.estimated_input_tokens, 0.5), 3.0)
-    base = state.model_copy(
-        update={
-            "step": state.step + 1,
-            "segment_steps": state.segment_steps + 1,
-            "conversation": reply.conversation,
-            "pending": (),
-            "usage": state.usage + reply.usage + Usage(model_calls=1),
-            "context_tokens": reply.usage.input_tokens + reply.usage.output_tokens,
-            "calibration": calibration,
-        }
-    )
-    if base.guarded:
-        base, handled = guard_reply(base, reply.message, reply.stop_reason)
-        if handled:
-            return base
+    base = _replied(state, reply)
+    guards, verdict = guard_reply(base, reply.message, reply.stop_reason)
+    base = replace(base, guards=guards)
+    if verdict is not None:
+        return apply_verdict(base, verdict)
     calls = reply.message.tool_calls
     if not calls:
         return _on_text_only(base, reply.message)
     if len(calls) == 1 and calls[0].name == FINISH_TOOL:
-        answer, problem = finish_answer(calls[0])
-        refusal = finish_refusal(base) if problem is None else None
-        if refusal is not None:
-            refused = ToolFailed(
-                call_id=calls[0].id, failure="not_run", error=nudges.finish_refused(refusal)
-            )
-            update = {"phase": "acting", "turn_calls": calls, "decided": (refused,)}
-            return base.model_copy(update={**update, "finish_refused": True, "nudges": 0})
-        if problem is None and finish_hooked(base):
-            return base.model_copy(update={"finish_pending": calls[0], "nudges": 0})
-        if problem is None:
-            done = base.model_copy(update={"output": answer, "nudges": 0})
-            return _terminate(done, TerminalReason.COMPLETED, None)
-    return gate_turn(base.model_copy(update={"nudges": 0}), calls)
+        finished = _on_finish(base, calls[0])
+        if finished is not None:
+            return finished
+    turn, records = gate_turn(base, calls)
+    calm = replace(base, guards=replace(base.guards, nudges=0))
+    return act(_with_records(calm, records), turn)
+
+
+def _on_finish(state: RunState, call: ToolCall) -> RunState | None:
+    """`finish` alone: refused once by a finish guard, checked by the worker's hook, or the
+    run completes. None when its arguments are bad (the gate makes that an observation)."""
+    answer, problem = finish_answer(call)
+    if problem is not None:
+        return None
+    calm = replace(state, guards=replace(state.guards, nudges=0))
+    refusal = finish_refusal(state)
+    if refusal is not None:
+        error = nudges.finish_refused(refusal)
+        refused = ToolFailed(call_id=call.id, failure="not_run", error=error)
+        guarded = replace(calm, guards=replace(calm.guards, finish_refused=True))
+        return act(guarded, Turn(calls=(call,), decided=(refused,)))
+    if finish_hooked(state):
+        return replace(calm, guards=replace(calm.guards, finish_pending=call))
+    return end(calm, Ending(reason=TerminalReason.COMPLETED, output=answer))
 
 
 def _on_text_only(state: RunState, message: Message) -> RunState:
     if state.spec.finish_mode is FinishMode.TEXT:
-        return _terminate(
-            state.model_copy(update={"output": message.content}), TerminalReason.COMPLETED, None
-        )
-    if state.nudges >= state.spec.max_nudges:
-        problem = f"finish_not_called: {state.nudges + 1} replies in a row without a tool call"
-        return _terminate(state, TerminalReason.CIRCUIT_BREAKER, problem)
+        return end(state, Ending(reason=TerminalReason.COMPLETED, output=message.content))
+    count = state.guards.nudges
+    if count >= state.spec.max_nudges:
+        problem = f"finish_not_called: {count + 1} replies in a row without a tool call"
+        return end(state, Ending(reason=TerminalReason.CIRCUIT_BREAKER, error=problem))
     nudge = Message(
         role="user", content=nudges.text_only_in_tool_mode(), origin="nudge", step=state.step
     )
-    return state.model_copy(update={"pending": (nudge,), "nudges": state.nudges + 1})
+    return _queue(replace(state, guards=replace(state.guards, nudges=count + 1)), (nudge,))
 
 
-def _at_boundary(state: RunState, now: datetime) -> RunState:
-    """Settle what time decides (expiries) and drain live messages before the next model call."""
-    state = expire_requests(state.model_copy(update={"now": now}), now)
-    if state.started_at is None:
-        state = state.model_copy(update={"started_at": now})
-    if state.phase == "thinking" and not state.paused and state.inbox:
-        stamped = tuple(m.model_copy(update={"step": state.step}) for m in state.inbox)
-        state = state.model_copy(update={"pending": state.pending + stamped, "inbox": ()})
-    return finalize_warning(state)
+def _with_records(state: RunState, records: tuple[ApprovalRecord, ...]) -> RunState:
+    if not records:
+        return state
+    kept = (*state.steering.records, *records)[-MAX_RECORDS:]
+    return replace(state, steering=replace(state.steering, records=kept))
 
 
 def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> RunState:
-    assert state.catalog is not None
-    by_id: dict[str, ToolOutcome] = {r.call_id: r for r in state.decided}
+    by_id: dict[str, ToolOutcome] = {r.call_id: r for r in state.turn.decided}
     by_id.update({r.call_id: r for r in results})
-    messages = []
-    for call in state.turn_calls:
-        outcome = by_id.get(call.id) or ToolFailed(
+    calls = state.turn.calls
+    messages = tuple(_observation(state, call, by_id.get(call.id)) for call in calls)
+    observed = _queue(observe(state), messages)
+    observed = replace(observed, usage=observed.usage + Usage(tool_calls=len(results)))
+    guards, verdict = guard_results(observed, calls, by_id)
+    observed = replace(observed, guards=guards)
+    return observed if verdict is None else apply_verdict(observed, verdict)
+
+
+def _observation(state: RunState, call: ToolCall, outcome: ToolOutcome | None) -> Message:
+    """The tool message for one call of the turn (a call with no result says so)."""
+    assert state.catalog is not None
+    if outcome is None:
+        outcome = ToolFailed(
             call_id=call.id, failure="not_run", error="no result was reported for this call"
         )
-        info = state.catalog.tools.get(call.name, ToolInfo())
-        edited = state.edited.get(call.id)
-        messages.append(
-            Message(
-                role="tool",
-                content=observation_text(outcome),
-                tool_call_id=call.id,
-                name=call.name,
-                origin="tool",
-                step=state.step,
-                untrusted=info.untrusted_output and isinstance(outcome, ToolSucceeded),
-                note=f"A reviewer edited the arguments; the call ran with: {edited}"
-                if edited is not None
-                else None,
-            )
-        )
-    observed = state.model_copy(
-        update={
-            "phase": "thinking",
-            "pending": state.pending + tuple(messages),
-            "turn_calls": (),
-            "decided": (),
-            "approved_args": {},
-            "edited": {},
-            "usage": state.usage + Usage(tool_calls=len(results)),
-        }
-    )
-    return guard_results(observed, state.turn_calls, by_id)
-
-
-_terminate = context.terminate
-
-
-def _result(state: RunState) -> RunResult:
-    assert state.terminal is not None
-    return RunResult(
-        run_id=state.run_id,
-        terminal_reason=state.terminal,
-        output=state.output,
-        error=state.error,
-        steps=state.step,
-        usage=state.usage,
+    info = state.catalog.tools.get(call.name, ToolInfo())
+    edited = state.turn.edited.get(call.id)
+    return Message(
+        role="tool",
+        content=observation_text(outcome),
+        tool_call_id=call.id,
+        name=call.name,
+        origin="tool",
+        step=state.step,
+        untrusted=info.untrusted_output and isinstance(outcome, ToolSucceeded),
+        note=f"A reviewer edited the arguments; the call ran with: {edited}"
+        if edited is not None
+        else None,
     )

@@ -3,16 +3,34 @@
 It is carried across continue-as-new, so it must stay small whatever the run length: the
 conversation lives in the blob store as a hash chain and the state holds only its head plus the
 messages not yet appended to it.
+
+The state is grouped by concern, so each helper reads (and returns) the part it knows about:
+
+| part | holds | written by |
+|---|---|---|
+| `phase`, `ending` | where the run is; how it ended | `capstan.core.transitions` only |
+| `conversation` | the chain's head and the messages since | the loop, context compaction |
+| `turn` | the acting turn: its calls, decisions, open requests | the gate, the steering fold |
+| `steering` | what people asked: pause, cancel, messages; the approval audit | the steering fold |
+| `context` | the model chain and the context window | context planning |
+| `guards` | nudges, breaker streaks, the finish guard | turn checks |
+| `budget` | the wall clock's start and what was granted | the loop, the steering fold |
+| `segment` | steps since the last continue-as-new, and how many there were | the loop |
+
+Every type here is a frozen pydantic dataclass: a change is `dataclasses.replace(part, ...)`,
+which mypy checks field by field (a misspelt or mistyped field fails `make lint`) and pydantic
+validates at run time, where an update dict given to `model_copy` accepted any key silently.
 """
 
 from __future__ import annotations
 
+from dataclasses import field
 from datetime import datetime
 
-from pydantic import BaseModel, ConfigDict
+from pydantic.dataclasses import dataclass
 
 from capstan.core.content import BlobRef, Text
-from capstan.core.guards import GuardState
+from capstan.core.guards import Streaks
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.models import ModelChain, ModelInfo
 from capstan.core.spec import Phase, RunSpec, RunStatus, TerminalReason
@@ -24,52 +42,73 @@ MAX_APPLIED_IDS = 1000
 MAX_RECORDS = 200
 MAX_DIAGNOSTICS = 50
 
-__all__ = ["RunState"]
+__all__ = [
+    "MAX_APPLIED_IDS",
+    "MAX_DIAGNOSTICS",
+    "MAX_RECORDS",
+    "Budget",
+    "ContextState",
+    "Conversation",
+    "Ending",
+    "Guards",
+    "RunState",
+    "Segment",
+    "Steering",
+    "Turn",
+]
 
 
-class RunState(BaseModel):
-    """Everything the loop knows about one run. Immutable: `loop.apply` returns a new one."""
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended: its one terminal reason, why (unless it completed), and its answer.
 
-    model_config = ConfigDict(frozen=True)
+    Also the verdict a helper returns when the run must end; `transitions.end` records it.
+    """
 
-    spec: RunSpec
-    run_id: str
-    phase: Phase = "starting"
-    step: int = 0
-    catalog: ToolCatalog | None = None
-    conversation: BlobRef | None = None
-    pending: tuple[Message, ...] = ()
-    turn_calls: tuple[ToolCall, ...] = ()
-    decided: tuple[ToolOutcome, ...] = ()
-    usage: Usage = Usage()
-    nudges: int = 0
-    terminal: TerminalReason | None = None
-    output: Text | None = None
+    reason: TerminalReason
     error: str | None = None
-    cancel_reason: str | None = None
-    segment_steps: int = 0
-    continued: int = 0
-    # steering (issue 3); all bounded, all carried across continue-as-new
-    gating: bool = False
-    rule_of_two: bool = False
+    output: Text | None = None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    head: BlobRef | None = None  # the chain as the model last saw it
+    pending: tuple[Message, ...] = ()  # to be sent with the next model call
+
+
+@dataclass(frozen=True)
+class Turn:
+    """The acting turn. Each call ends up decided now (`decided`), waiting for a person
+    (`approvals` / `questions`), or neither: it runs once no request of the turn is open."""
+
+    calls: tuple[ToolCall, ...] = ()
+    decided: tuple[ToolOutcome, ...] = ()
     approvals: tuple[ApprovalRequest, ...] = ()
     questions: tuple[Question, ...] = ()
-    approved_args: dict[str, Text] = {}
-    edited: dict[str, str] = {}
-    always: tuple[str, ...] = ()
+    approved_args: dict[str, Text] = field(default_factory=dict)
+    edited: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Steering:
+    """What people asked for, bounded and carried across continue-as-new."""
+
     paused: bool = False
-    inbox: tuple[Message, ...] = ()
-    extra_steps: int = 0
+    cancel_reason: str | None = None  # a requested cancellation; the next boundary ends the run
+    inbox: tuple[Message, ...] = ()  # live messages, drained before the next model call
+    always: tuple[str, ...] = ()  # tools approved for the rest of the run
     applied_ids: tuple[str, ...] = ()
-    diagnostics: tuple[str, ...] = ()
     records: tuple[ApprovalRecord, ...] = ()
-    now: datetime | None = None
-    # model and context (issue 4)
-    context_managed: bool = False
+
+
+@dataclass(frozen=True)
+class ContextState:
+    """The model chain and the context window."""
+
     model_chain: ModelChain | None = None
     model_index: int = 0
-    context_tokens: int = 0
-    calibration: float = 1.0
+    tokens: int = 0  # the conversation as of the last reply (provider-reported)
+    calibration: float = 1.0  # reported / estimated input tokens of the last call
     compacted_step: int = -1
     compaction_stage: int = 0
     compaction_due: str | None = None
@@ -77,20 +116,72 @@ class RunState(BaseModel):
     warned: bool = False
     compactions: int = 0
     model_switches: tuple[str, ...] = ()
-    # guards and budgets (issue 5)
-    guarded: bool = False
-    guard: GuardState = GuardState()
+
+
+@dataclass(frozen=True)
+class Guards:
+    """Turn checks and circuit breakers."""
+
+    nudges: int = 0  # corrective nudges in a row
+    streaks: Streaks = field(default_factory=Streaks)
     finish_refused: bool = False
     finish_pending: ToolCall | None = None  # a finish waiting for the worker's hook
     finalize_warned: bool = False
-    started_at: datetime | None = None
-    budget_extra: dict[str, float] = {}
+
+
+@dataclass(frozen=True)
+class Budget:
+    started_at: datetime | None = None  # workflow time of the first boundary
+    extra: dict[str, float] = field(default_factory=dict)  # granted per budget
+    extra_steps: int = 0  # granted steps
+
+
+@dataclass(frozen=True)
+class Segment:
+    steps: int = 0  # steps since the last continue-as-new
+    continued: int = 0  # continue-as-new count
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Everything the loop knows about one run. Immutable: `loop.apply` returns a new one."""
+
+    spec: RunSpec
+    run_id: str
+    phase: Phase = "starting"
+    ending: Ending | None = None
+    step: int = 0
+    now: datetime | None = None  # workflow time at the last boundary
+    catalog: ToolCatalog | None = None
+    rule_of_two: bool = False
+    usage: Usage = field(default_factory=Usage)
+    conversation: Conversation = field(default_factory=Conversation)
+    turn: Turn = field(default_factory=Turn)
+    steering: Steering = field(default_factory=Steering)
+    context: ContextState = field(default_factory=ContextState)
+    guards: Guards = field(default_factory=Guards)
+    budget: Budget = field(default_factory=Budget)
+    segment: Segment = field(default_factory=Segment)
+    diagnostics: tuple[str, ...] = ()
+
+    @property
+    def terminal(self) -> TerminalReason | None:
+        return self.ending.reason if self.ending is not None else None
+
+    @property
+    def output(self) -> Text | None:
+        return self.ending.output if self.ending is not None else None
+
+    @property
+    def error(self) -> str | None:
+        return self.ending.error if self.ending is not None else None
 
     @property
     def model(self) -> ModelInfo | None:
-        if self.model_chain is None or not self.model_chain.models:
+        chain = self.context.model_chain
+        if chain is None or not chain.models:
             return None
-        return self.model_chain.models[min(self.model_index, len(self.model_chain.models) - 1)]
+        return chain.models[min(self.context.model_index, len(chain.models) - 1)]
 
     @property
     def profile(self) -> str:
@@ -100,41 +191,47 @@ class RunState(BaseModel):
 
     @property
     def step_limit(self) -> int:
-        return self.spec.max_steps + self.extra_steps
+        return self.spec.max_steps + self.budget.extra_steps
 
     @property
     def awaiting_steps(self) -> bool:
         return (
             self.phase == "thinking"
-            and self.terminal is None
+            and self.ending is None
             and self.step >= self.step_limit
             and self.spec.wait_for_steps_grant
         )
 
     def waiting_for(self) -> list[str]:
-        """What the run is blocked on, in words: approval, answer, steps, resume."""
-        waits = []
-        if self.paused:
+        """What the run is blocked on, in words: approval, answer, steps, resume (nothing, once
+        it has ended)."""
+        waits: list[str] = []
+        if self.ending is not None:
+            return waits
+        if self.steering.paused:
             waits.append("resume")
-        if self.approvals:
+        if self.turn.approvals:
             waits.append("approval")
-        if self.questions:
+        if self.turn.questions:
             waits.append("answer")
         if self.awaiting_steps:
             waits.append("steps")
         return waits
 
     def pending_view(self) -> PendingView:
+        """The `pending` query. An ended run's requests are closed: nothing can decide them."""
+        open_turn = self.turn if self.ending is None else Turn()
         return PendingView(
             run_id=self.run_id,
-            approvals=list(self.approvals),
-            questions=list(self.questions),
+            approvals=list(open_turn.approvals),
+            questions=list(open_turn.questions),
             awaiting_steps=self.awaiting_steps,
-            paused=self.paused,
+            paused=self.steering.paused,
         )
 
-    def status(self) -> RunStatus:
-        """The public view answered by the `status` query."""
+    def status(self, waiting_for: list[str] | None = None) -> RunStatus:
+        """The public view answered by the `status` query (`waiting_for` from the loop's
+        decision when it knows better, see `loop.status`)."""
         return RunStatus(
             run_id=self.run_id,
             phase=self.phase,
@@ -143,8 +240,8 @@ class RunState(BaseModel):
             output=self.output,
             error=self.error,
             usage=self.usage,
-            continued=self.continued,
-            paused=self.paused,
-            waiting_for=self.waiting_for(),
+            continued=self.segment.continued,
+            paused=self.steering.paused,
+            waiting_for=self.waiting_for() if waiting_for is None else waiting_for,
             diagnostics=list(self.diagnostics[-10:]),
         )

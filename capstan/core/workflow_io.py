@@ -32,16 +32,16 @@ __all__ = [
 
 WORKFLOW_NAME = "AgentWorkflow"
 
-#: `workflow.patched` id of tool policy and approvals. Runs recorded before it run every known
-#: tool at once; replaying them must not start asking for approvals.
+#: Deprecated patch id (`workflow.deprecate_patch`) of tool policy and approvals: every run has
+#: them now; histories that carry the marker still replay, histories from before it do not.
 TOOL_POLICY_PATCH = "tool-policy-v1"
 
 #: `workflow.patched` id: a `cancel` signal cancels in-flight activities instead of waiting for
 #: them. Runs recorded before it let the activity finish first.
 CANCEL_IN_FLIGHT_PATCH = "cancel-in-flight-v1"
 
-#: `workflow.patched` id: the model chain is described at run start (`describe_model`) and the
-#: context window is managed (compaction, fallback models). Older runs did neither.
+#: Deprecated patch id: the model chain is described at run start (`describe_model`) and the
+#: context window is managed (compaction, fallback models), in every run now.
 CONTEXT_PATCH = "context-v1"
 
 #: `workflow.patched` id: open approval requests and questions are announced in the memo
@@ -49,7 +49,8 @@ CONTEXT_PATCH = "context-v1"
 ANNOUNCE_PATCH = "announce-requests-v1"
 REQUESTS_MEMO = "capstan_open_requests"
 
-#: `workflow.patched` id: turn-quality nudges, circuit breakers, finish guards and budgets.
+#: Deprecated patch id: turn-quality nudges, circuit breakers, finish guards and budgets, in
+#: every run now.
 GUARDS_PATCH = "guards-v1"
 
 #: `workflow.patched` id: a run's terminal reason is written to its memo (key `TERMINAL_MEMO`)

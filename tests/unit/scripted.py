@@ -158,7 +158,7 @@ class Driver:
                 )
             case CompactContext(request=request):
                 self.compactions.append(effect)
-                before = state.context_tokens
+                before = state.context.tokens
                 after = (
                     before
                     if request.strategy == "warn"

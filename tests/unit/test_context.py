@@ -37,7 +37,8 @@ def test_ladder_prunes_at_compact_threshold() -> None:
     result, state = d.run(SPEC)
     assert strategies(d) == ["prune"]
     assert result.terminal_reason is TerminalReason.COMPLETED
-    assert state.compactions == 1 and "compacted the context (prune)" in state.diagnostics[-1]
+    assert state.context.compactions == 1
+    assert "compacted the context (prune)" in state.diagnostics[-1]
     # the compaction happened before the second model call, on the conversation head
     second = [e for e in d.effects if isinstance(e, CallModel)][1]
     assert (
@@ -102,7 +103,8 @@ def test_fallback_switches_to_the_next_model_and_records_it() -> None:
     result, state = d.run(SPEC)
     assert result.terminal_reason is TerminalReason.COMPLETED and result.output == "from backup"
     assert [c.request.profile for c in d.model_inputs] == ["default", "fallback1"]
-    assert state.model_switches and "default -> fallback1" in state.model_switches[0]
+    switches = state.context.model_switches
+    assert switches and "default -> fallback1" in switches[0]
 
 
 def test_no_fallback_for_request_problems_or_an_exhausted_chain() -> None:

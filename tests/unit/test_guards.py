@@ -213,7 +213,7 @@ def test_waiting_for_a_budget_grant() -> None:
     spec = SPEC.model_copy(update={"budgets": Budgets(max_tool_calls=1, wait_for_grant=True)})
     result, state = d.run(spec)
     assert result.terminal_reason is TerminalReason.COMPLETED
-    assert state.budget_extra == {"tool_calls": 2.0}
+    assert state.budget.extra == {"tool_calls": 2.0}
 
 
 def test_usage_and_cost_sum_over_accepted_replies_only() -> None:

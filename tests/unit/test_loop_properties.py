@@ -128,7 +128,7 @@ def test_every_run_ends_once_within_bounds(
             outcome = model.reply()
         else:
             assert isinstance(effect, RunTools)
-            assert not state.approvals and not state.paused
+            assert not state.turn.approvals and not state.steering.paused
             assert all(c.name in catalog().names and c.name != "finish" for c in effect.calls)
             outcome = ToolsFinished(
                 results=tuple(
@@ -155,11 +155,11 @@ def _human_inputs(state: RunState, action: str, n: int) -> list[object]:
 
 
 def _act(state: RunState, action: str, n: int) -> list[object]:
-    if state.paused:
+    if state.steering.paused:
         return [ResumeRequest(id=f"r{n}")]
-    if not state.approvals:
+    if not state.turn.approvals:
         return [timedelta(days=2)]  # questions or anything else: let time settle it
-    request = state.approvals[0]
+    request = state.turn.approvals[0]
     if action == "expire":
         return [timedelta(days=2)]
     if action == "bad-hash":

@@ -34,7 +34,7 @@ WRITE = call("write_file", path="a.txt", content="x")
 
 
 def decide(state: RunState, action: str, **kw: object) -> Decision:
-    request = state.approvals[0]
+    request = state.turn.approvals[0]
     return Decision(
         request_id=request.request_id,
         args_hash=request.args_hash,
@@ -62,7 +62,7 @@ def test_write_waits_for_approval_then_runs() -> None:
     result, state = d.run(SPEC)
     assert result.terminal_reason is TerminalReason.COMPLETED
     assert [c.name for c in d.tool_inputs[0].calls] == ["write_file"]
-    (record,) = state.records
+    (record,) = state.steering.records
     assert record.action == "approve" and record.identity == "alice"
     assert record.request_id == "run-1/1/c1"
     assert record.args_hash == arguments_hash("write_file", WRITE.arguments)
@@ -89,7 +89,7 @@ def test_edit_runs_with_new_arguments_and_tells_the_model() -> None:
     assert d.tool_inputs[0].calls[0].arguments == edited
     (obs,) = d.model_inputs[1].request.new_messages
     assert obs.note is not None and "b.txt" in obs.note
-    assert state.records[0].executed_arguments == edited
+    assert state.steering.records[0].executed_arguments == edited
 
 
 def test_invalid_or_denied_edits_are_rejected_as_diagnostics() -> None:
@@ -132,7 +132,7 @@ def test_stale_duplicate_and_mismatched_decisions() -> None:
     assert "no open approval request 'run-1/9/zz'" in notes
     assert "hash mismatch" in notes
     assert "already decided" in notes
-    assert len(state.diagnostics) == 3 and len(state.records) == 1
+    assert len(state.diagnostics) == 3 and len(state.steering.records) == 1
 
 
 def test_always_approves_the_tool_for_the_rest_of_the_run() -> None:
@@ -144,8 +144,8 @@ def test_always_approves_the_tool_for_the_rest_of_the_run() -> None:
     d = Driver(script, human=scripted(lambda s: [decide(s, "always")]))
     _, state = d.run(SPEC)
     assert [len(e.calls) for e in d.tool_inputs] == [2, 1]
-    assert state.always == ("write_file",)
-    assert [r.action for r in state.records] == ["always", "always"]
+    assert state.steering.always == ("write_file",)
+    assert [r.action for r in state.steering.records] == ["always", "always"]
 
 
 def test_mixed_decisions_on_parallel_calls() -> None:
@@ -160,7 +160,7 @@ def test_mixed_decisions_on_parallel_calls() -> None:
     ]
 
     def human(state: RunState) -> list[object]:
-        first, second = state.approvals
+        first, second = state.turn.approvals
         return [
             Decision(request_id=first.request_id, args_hash=first.args_hash, action="approve"),
             Decision(
@@ -187,7 +187,7 @@ def test_policy_precedence_auto_approve_and_deny() -> None:
     assert [c.name for c in d.tool_inputs[0].calls] == ["write_file"]
     obs = d.model_inputs[1].request.new_messages
     assert "denied by policy" in str(obs[1].content)
-    assert state.records[0].action == "policy_deny"
+    assert state.steering.records[0].action == "policy_deny"
 
 
 def test_rule_of_two_asks_even_when_auto_approved() -> None:
@@ -196,7 +196,7 @@ def test_rule_of_two_asks_even_when_auto_approved() -> None:
     reasons: list[str] = []
 
     def human(state: RunState) -> list[object]:
-        reasons.append(state.approvals[0].reason)
+        reasons.append(state.turn.approvals[0].reason)
         return [decide(state, "approve")]
 
     d = Driver([reply("", WRITE), reply("", call("finish", answer="ok"))], human=human, catalog=cat)
@@ -231,7 +231,7 @@ def test_pause_blocks_everything_until_resume_and_messages_wait() -> None:
     state = loop.apply(state, Boundary(now=T0))
     effect = loop.next_effect(state)
     assert isinstance(effect, AwaitInput) and effect.waiting_for == ("resume",)
-    assert state.pending[-1].origin == "task"  # nothing drained while paused
+    assert state.conversation.pending[-1].origin == "task"  # nothing drained while paused
     state = loop.apply(state, Steered(input=ResumeRequest(id="r")))
     state = loop.apply(state, Steered(input=ResumeRequest(id="r2")))  # resuming twice: harmless
     state = loop.apply(state, ToolsLoaded(catalog=catalog()))
@@ -247,14 +247,15 @@ def test_ask_user_waits_for_the_answer() -> None:
     d = Driver(
         [reply("", ask), reply("", call("finish", answer="ok"))],
         human=scripted(
-            lambda s: [Answer(request_id=s.questions[0].request_id, text="b", identity="bo")]
+            lambda s: [Answer(request_id=s.turn.questions[0].request_id, text="b", identity="bo")]
         ),
         catalog=catalog(ask_user=ToolInfo(read_only=True)),
     )
     _, state = d.run(SPEC)
     (obs,) = d.model_inputs[1].request.new_messages
     assert obs.content == "b"
-    assert state.records[0].action == "answered" and state.records[0].identity == "bo"
+    (record,) = state.steering.records
+    assert record.action == "answered" and record.identity == "bo"
 
 
 def test_grant_steps_extends_the_run() -> None:
@@ -283,7 +284,7 @@ def test_expiry_denies_by_default() -> None:
     _, state = d.run(SPEC)
     (obs,) = d.model_inputs[1].request.new_messages
     assert str(obs.content).startswith("Error (expired)")
-    assert state.records[0].action == "expired"
+    assert state.steering.records[0].action == "expired"
 
 
 def test_expiry_can_cancel_the_run() -> None:

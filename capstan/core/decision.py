@@ -1,0 +1,167 @@
+"""What a run does next: the one decision procedure of the loop, in the order of an iteration.
+
+Pure and read-only: it looks at the state and names the next effect, or, when the run must end
+now and its state does not say so yet, the `Ending` that the boundary fold records (see
+`capstan.core.loop`). It never builds a new state, so deciding twice decides the same.
+
+The boundary fold decides without the interpreter's `continue_suggested` hint, so an end that is
+due (a request too long for the window, a budget the next call would cross) is recorded before a
+continue-as-new that only the history's length suggests: the run ends instead of continuing to
+end at once. A continue-as-new every `continue_as_new_every` steps still comes first.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from capstan.core import budgets, context
+from capstan.core.activity_io import (
+    CallModelInput,
+    CheckFinishInput,
+    DescribeModelInput,
+    ListToolsInput,
+    RunToolInput,
+)
+from capstan.core.effects import (
+    AwaitInput,
+    CallModel,
+    CheckFinish,
+    CompactContext,
+    ContinueAsNew,
+    DescribeModel,
+    Effect,
+    Finish,
+    LoadTools,
+    RunTools,
+)
+from capstan.core.finish import finish_answer
+from capstan.core.gate import open_requests
+from capstan.core.spec import RunResult, TerminalReason
+from capstan.core.state import Ending, RunState
+
+__all__ = ["decide", "result"]
+
+
+def decide(state: RunState, continue_suggested: bool) -> Effect | Ending:
+    """The one decision procedure, in the order of the iteration. An `Ending` means the run
+    must end now and its state does not say so yet: the boundary fold records it."""
+    if state.ending is not None:
+        return Finish(result=result(state))
+    if state.steering.cancel_reason is not None:
+        return Ending(reason=TerminalReason.CANCELLED, error=state.steering.cancel_reason)
+    spent = budgets.exhausted(state, before_model_call=False)
+    if spent is not None and (spent[0] == "wall_seconds" or state.phase == "thinking"):
+        return _budget_spent(state, spent)
+    if state.steering.paused:
+        return AwaitInput(waiting_for=("resume",), until=budgets.deadline(state))
+    match state.phase:
+        case "starting":
+            if state.catalog is None:
+                return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
+            return DescribeModel(request=DescribeModelInput(profile=state.spec.model))
+        case "thinking":
+            return _thinking(state, continue_suggested)
+        case "acting":
+            return _acting(state)
+        case "finished":
+            return Finish(result=result(state))
+        case _:
+            assert_never(state.phase)
+
+
+def _thinking(state: RunState, continue_suggested: bool) -> Effect | Ending:
+    """A finish awaiting its check, step limit, continue-as-new, compaction, the model call."""
+    if state.guards.finish_pending is not None:
+        answer, _ = finish_answer(state.guards.finish_pending)
+        return CheckFinish(
+            request=CheckFinishInput(run_id=state.run_id, step=state.step, answer=answer)
+        )
+    if state.awaiting_steps:
+        return AwaitInput(waiting_for=("steps",))
+    if state.step >= state.step_limit:
+        return Ending(reason=TerminalReason.MAX_STEPS, error=f"stopped after {state.step} steps")
+    segment = state.segment.steps
+    if segment >= state.spec.continue_as_new_every or (continue_suggested and segment > 0):
+        return ContinueAsNew()
+    plan = context.plan(state)
+    if plan == "reject":
+        needed = context.estimate_request(state)
+        usable = state.model.usable_window if state.model else 0
+        problem = f"the next request needs ~{needed} tokens; the model allows {usable}"
+        return Ending(reason=TerminalReason.PROMPT_TOO_LONG, error=problem)
+    if plan is not None:
+        return CompactContext(request=context.compact_request(state, plan))
+    if spent := budgets.exhausted(state, before_model_call=True):
+        return _budget_spent(state, spent)
+    return CallModel(request=_model_request(state))
+
+
+def _acting(state: RunState) -> Effect:
+    if state.turn.approvals or state.turn.questions:
+        times = [r.expires_at for r in open_requests(state)]
+        if (wall := budgets.deadline(state)) is not None:
+            times.append(wall)
+        return AwaitInput(waiting_for=tuple(state.waiting_for()), until=min(times))
+    return _run_tools(state)
+
+
+def _budget_spent(state: RunState, spent: tuple[str, str]) -> AwaitInput | Ending:
+    """End the run naming the budget, or wait for a grant when the run asks for that."""
+    name, detail = spent
+    if state.spec.budgets.wait_for_grant and name != "wall_seconds":
+        return AwaitInput(waiting_for=(f"budget:{name}",), until=budgets.deadline(state))
+    return Ending(reason=TerminalReason.BUDGET_EXHAUSTED, error=detail)
+
+
+def _model_request(state: RunState) -> CallModelInput:
+    assert state.catalog is not None
+    policy = state.spec.context
+    return CallModelInput(
+        run_id=state.run_id,
+        step=state.step + 1,
+        profile=state.profile,
+        conversation=state.conversation.head,
+        new_messages=state.conversation.pending,
+        tools=state.catalog.specs_ref,
+        observation_max_chars=state.spec.observation_max_chars,
+        tool_result_max_tokens=policy.tool_result_max_tokens,
+        tool_result_window_share=policy.tool_result_window_share,
+        tool_result_max_lines=policy.tool_result_max_lines,
+        tool_result_max_bytes=policy.tool_result_max_bytes,
+    )
+
+
+def _run_tools(state: RunState) -> RunTools:
+    assert state.catalog is not None
+    turn = state.turn
+    decided = {d.call_id for d in turn.decided}
+    to_run = tuple(c for c in turn.calls if c.id not in decided)
+    default_timeout = state.spec.tuning.tool_default_timeout
+    return RunTools(
+        calls=tuple(
+            RunToolInput(
+                run_id=state.run_id,
+                step=state.step,
+                call_id=c.id,
+                name=c.name,
+                arguments=turn.approved_args.get(c.id, c.arguments),
+                idempotency_key=f"{state.run_id}/{state.step}/{c.id}",
+            )
+            for c in to_run
+        ),
+        concurrency=state.spec.tool_concurrency,
+        timeouts=tuple(state.catalog.timeout_for(c.name, default_timeout) for c in to_run),
+    )
+
+
+def result(state: RunState) -> RunResult:
+    """The run's result, once its end is recorded."""
+    assert state.ending is not None
+    return RunResult(
+        run_id=state.run_id,
+        terminal_reason=state.ending.reason,
+        output=state.ending.output,
+        error=state.ending.error,
+        steps=state.step,
+        usage=state.usage,
+    )
