@@ -26,7 +26,7 @@ def model_env(fake: FakeProvider) -> dict[str, str]:
     return {
         "CAPSTAN_MODEL": "openai:fake",
         "OPENAI_BASE_URL": fake.base_url,
-        "OPENAI_API_KEY": "sk-test-secret-key-123456",
+        "OPENAI_API_KEY": SECRET_KEY,
     }
 
 

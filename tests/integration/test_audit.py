@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 
@@ -21,17 +21,15 @@ from capstan.audit.history import decode_history, load_histories
 from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail, verify_chain
 from capstan.client.runs import CapstanClient
-from capstan.client.transcript import build_transcript
-from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason
-from capstan.runtime.config import Settings
+from capstan.core.spec import TerminalReason
 from capstan.testing.fake_provider import FakeProvider, call, say
-from tests.integration.helpers import record_history, run_cli, running_worker
+from tests.integration.helpers import run_cli
+from tests.integration.scripted_agent import Agent, Run
 from tests.integration.steer_helpers import wait_pending
 
 pytestmark = pytest.mark.server
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = ActivityTuning(model_initial_retry=0.1, model_max_retry=0.2, model_max_attempts=2)
 SCRIPT = [
     say(call("list_dir"), content="Looking around.", reasoning="first, look"),
     say(call("write_file", path="big.txt", content="x" * 5000), content="Writing."),
@@ -40,27 +38,22 @@ SCRIPT = [
 ]
 
 
-async def audited_run(temporal, settings: Settings):
-    with FakeProvider(SCRIPT) as fake:
-        async with running_worker(temporal, settings, fake):
-            client = CapstanClient(temporal, settings)
-            run_id = await client.start_run(RunSpec(task="audit me", tuning=FAST))
-            await wait_pending(client, run_id)
-            await client.send_message(run_id, "careful with that file", "m1")
-            await client.decide(run_id, "approve", reason="looks fine")
-            result = await client.result(run_id)
-            view = await client.transcript_view(run_id)
-            await record_history(client.handle(run_id), "approval_announced")
-    histories = await load_histories(temporal, run_id)
-    return client, run_id, result, view, histories
+async def audited_run(agent: Agent) -> tuple[Run, list[WorkflowHistory]]:
+    async with agent.serving(SCRIPT) as live:
+        run_id = await live.start(agent.spec("audit me"))
+        await wait_pending(live.client, run_id)
+        await live.client.send_message(run_id, "careful with that file", "m1")
+        await live.client.decide(run_id, "approve", reason="looks fine")
+        run = await live.finish(run_id, history="approval_announced")
+    return run, await load_histories(agent.temporal, run_id)
 
 
-async def test_audit_matches_the_transcript_and_verifies(temporal, settings) -> None:
-    client, run_id, result, view, histories = await audited_run(temporal, settings)
-    assert result.terminal_reason is TerminalReason.COMPLETED
+async def test_audit_matches_the_transcript_and_verifies(agent: Agent) -> None:
+    run, histories = await audited_run(agent)
+    client, run_id, steps = run.client, run.run_id, run.steps
+    assert run.result.terminal_reason is TerminalReason.COMPLETED
     records, issues = build_trail([decode_history(h) for h in histories], client.content())
     assert issues == [] and verify_chain(records) == []
-    steps = build_transcript(client.content(), view)
     model_calls = [r for r in records if r["kind"] == "model_call"]
     tool_calls = [r for r in records if r["kind"] == "tool_call"]
     assert [r["step"] for r in model_calls] == [s.step for s in steps]
@@ -96,9 +89,9 @@ async def test_audit_matches_the_transcript_and_verifies(temporal, settings) -> 
     assert "## 0. run started" in render_trail(records, issues, "md")
 
 
-async def test_tampering_is_detected(temporal, settings) -> None:
-    client, _, _, _, histories = await audited_run(temporal, settings)
-    records, _ = build_trail([decode_history(h) for h in histories], client.content())
+async def test_tampering_is_detected(agent: Agent) -> None:
+    run, histories = await audited_run(agent)
+    records, _ = build_trail([decode_history(h) for h in histories], run.client.content())
     edited = [dict(r) for r in records]
     edited[3] = {**edited[3], "identity": "mallory"}
     assert any("does not match its hash" in p for p in verify_chain(edited))
@@ -107,18 +100,19 @@ async def test_tampering_is_detected(temporal, settings) -> None:
     # alter a blob the run stored: the audit reports it, never skips it
     big = next(
         Path(root) / f
-        for root, _, files in os.walk(settings.blob_dir)
+        for root, _, files in os.walk(agent.settings.blob_dir)
         for f in files
         if b"x" * 4000 in (Path(root) / f).read_bytes()
     )
     big.write_bytes(big.read_bytes().replace(b"xxxx", b"yyyy", 1))
-    records, issues = build_trail([decode_history(h) for h in histories], client.content())
+    records, issues = build_trail([decode_history(h) for h in histories], run.client.content())
     assert issues and "altered" in issues[0]
     assert any("integrity" in r for r in records)
 
 
-async def test_cli_audit_replay_and_export(temporal, settings, tmp_path) -> None:
-    _, run_id, *_ = await audited_run(temporal, settings)
+async def test_cli_audit_replay_and_export(agent: Agent, tmp_path) -> None:
+    run, _ = await audited_run(agent)
+    settings, run_id = agent.settings, run.run_id
     out = tmp_path / "trail.jsonl"
     done = await asyncio.to_thread(run_cli, settings, "audit", run_id, "--out", str(out))
     assert done.returncode == 0, done.stderr
@@ -144,35 +138,33 @@ async def test_cli_audit_replay_and_export(temporal, settings, tmp_path) -> None
 
 
 async def test_event_stream_is_append_only_across_continue_as_new_and_restart(
-    temporal, settings
+    agent: Agent,
 ) -> None:
     script = [say(call("list_dir", path=f"d{i}"), hold=0.3) for i in range(5)]
     script.append(say(call("finish", answer="streamed")))
+    settings = agent.settings
     (settings.workspace_dir).mkdir(parents=True, exist_ok=True)
     for i in range(5):
         (settings.workspace_dir / f"d{i}").mkdir()
     snapshots: list[list[str]] = []
 
     async def snapshot(run_id: str) -> None:
-        histories = await load_histories(temporal, run_id)
+        histories = await load_histories(agent.temporal, run_id)
         events = derive_events([decode_history(h) for h in histories])
         snapshots.append([e.model_dump_json() for e in events])
 
-    with FakeProvider(script) as fake:
-        client = CapstanClient(temporal, settings)
-        async with running_worker(temporal, settings, fake):
-            run_id = await client.start_run(
-                RunSpec(task="stream", tuning=FAST, continue_as_new_every=2)
-            )
+    with FakeProvider(script) as fake:  # one fake for both workers
+        async with agent.serving(fake) as live:
+            run_id = await live.start(agent.spec("stream", continue_as_new_every=2))
             for _ in range(6):
                 await snapshot(run_id)
                 await asyncio.sleep(0.3)
         await snapshot(run_id)  # worker gone
-        async with running_worker(temporal, settings, fake):  # a new worker picks the run up
+        async with agent.serving(fake) as live:  # a new worker picks the run up
             for _ in range(4):
                 await snapshot(run_id)
                 await asyncio.sleep(0.3)
-            result = await client.result(run_id)
+            result = await live.client.result(run_id)
         await snapshot(run_id)
     assert result.terminal_reason is TerminalReason.COMPLETED
     for earlier, later in itertools.pairwise(snapshots):
@@ -187,25 +179,22 @@ async def test_event_stream_is_append_only_across_continue_as_new_and_restart(
     assert watched == final[3:]
 
 
-async def test_spans_form_a_tree_without_duplicates_on_replay(temporal, settings) -> None:
+async def test_spans_form_a_tree_without_duplicates_on_replay(agent: Agent) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     tracer = provider.get_tracer("test")
     traced = await Client.connect(
-        settings.address,
+        agent.settings.address,
         data_converter=pydantic_data_converter,
         interceptors=[TracingInterceptor(tracer)],
     )
     script = [say(call("list_dir")), say(call("finish", answer="traced"))]
-    with FakeProvider(script) as fake:
-        async with running_worker(
-            temporal, settings, fake, tracer_provider=provider, max_cached_workflows=0
-        ):
-            client = CapstanClient(traced, settings)
-            with tracer.start_as_current_span("operator starts a run"):
-                run_id = await client.start_run(RunSpec(task="trace", tuning=FAST))
-            result = await client.result(run_id)
+    async with agent.serving(script, tracer_provider=provider, max_cached_workflows=0):
+        client = CapstanClient(traced, agent.settings)  # the operator's client is traced
+        with tracer.start_as_current_span("operator starts a run"):
+            run_id = await client.start_run(agent.spec("trace"))
+        result = await client.result(run_id)
     assert result.terminal_reason is TerminalReason.COMPLETED
     spans = exporter.get_finished_spans()
     by_id = {s.context.span_id: s for s in spans}

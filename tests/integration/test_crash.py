@@ -8,20 +8,16 @@ import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
 
-from capstan.client.runs import CapstanClient
-from capstan.client.transcript import StepView, build_transcript
-from capstan.core.spec import ActivityTuning, RunResult, RunSpec, TerminalReason
+from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.core.steering import PendingView
-from capstan.core.workflow_io import TranscriptView
 from capstan.runtime.config import Settings
-from capstan.testing.fake_provider import FakeProvider, call, say
-from tests.integration.helpers import model_env, record_history
+from capstan.testing.fake_provider import FakeProvider, Script, call, say
+from tests.integration.helpers import model_env
+from tests.integration.scripted_agent import Agent, Live, Run
 from tests.integration.steer_helpers import wait_pending, wait_status
 
 pytestmark = [pytest.mark.server, pytest.mark.crash, pytest.mark.slow]
@@ -58,106 +54,95 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=10)
 
 
-@dataclass
-class Recovered:
-    client: CapstanClient
-    run_id: str
-    result: RunResult
-    steps: list[StepView]
-    view: TranscriptView
+Step = Callable[[Live, str], Awaitable[None]]
 
 
 async def kill_and_recover(
-    temporal: Client,
-    settings: Settings,
-    fake: FakeProvider,
+    agent: Agent,
+    script: Script,
     spec: RunSpec,
-    until: Callable[[CapstanClient, str], Awaitable[None]],
+    until: Step,
     history_name: str | None = None,
-    while_down: Callable[[CapstanClient, str], Awaitable[None]] | None = None,
-) -> Recovered:
+    while_down: Step | None = None,
+) -> Run:
     """Start a worker process and the run, SIGKILL the worker once `until` returns, run
     `while_down` with no worker alive, start a new worker and wait for the run's result."""
+    settings = agent.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     settings.workspace_dir.mkdir(parents=True, exist_ok=True)
-    client = CapstanClient(temporal, settings)
-    first = start_worker(settings, fake)
-    try:
-        run_id = await client.start_run(spec)
-        await until(client, run_id)
-    finally:
-        kill(first)
-    if while_down is not None:
-        await while_down(client, run_id)
-    second = start_worker(settings, fake)
-    try:
-        result = await asyncio.wait_for(client.result(run_id), 60)
-        view = await client.transcript_view(run_id)
-        steps = build_transcript(client.content(), view)
-        if history_name:
-            await record_history(client.handle(run_id), history_name)
-    finally:
-        second.terminate()
-        second.wait(timeout=15)
-    return Recovered(client, run_id, result, steps, view)
+    with FakeProvider(script) as fake:
+        live = Live(agent.client, fake)
+        first = start_worker(settings, fake)
+        try:
+            run_id = await live.start(spec)
+            await until(live, run_id)
+        finally:
+            kill(first)
+        if while_down is not None:
+            await while_down(live, run_id)
+        second = start_worker(settings, fake)
+        try:
+            return await live.finish(run_id, history_name, timeout=60)
+        finally:
+            second.terminate()
+            second.wait(timeout=15)
 
 
-async def test_worker_killed_during_model_call(temporal, settings: Settings) -> None:
+async def test_worker_killed_during_model_call(agent: Agent, settings: Settings) -> None:
     script = [
         say(call("append_line", path="log.txt", line="written once")),
         say(call("shout", text="still here"), hold=30.0),  # the first attempt hangs: kill then
         say(call("finish", answer="survived")),
     ]
 
-    async def model_call_in_flight(client: CapstanClient, run_id: str) -> None:
-        await asyncio.to_thread(fake.wait_for_step, 1)
+    async def model_call_in_flight(live: Live, run_id: str) -> None:
+        await asyncio.to_thread(live.fake.wait_for_step, 1)
 
-    with FakeProvider(script) as fake:
-        spec = RunSpec(
-            task="append and finish", tuning=TUNING, auto_approve=True, allowed_tools=TOOLS
-        )
-        got = await kill_and_recover(
-            temporal, settings, fake, spec, model_call_in_flight, "worker_killed_during_model_call"
-        )
+    spec = RunSpec(task="append and finish", tuning=TUNING, auto_approve=True, allowed_tools=TOOLS)
+    got = await kill_and_recover(
+        agent, script, spec, model_call_in_flight, "worker_killed_during_model_call"
+    )
     assert got.result.terminal_reason is TerminalReason.COMPLETED
     assert got.result.output == "survived"
     # same trajectory; only the killed model call was attempted twice
-    assert fake.steps_seen() == [0, 1, 1, 2]
+    assert got.fake.steps_seen() == [0, 1, 1, 2]
     assert (settings.workspace_dir / "log.txt").read_text() == "written once\n"
     shouted = [c.observation for s in got.steps for c in s.tool_calls if c.name == "shout"]
     assert shouted == ["STILL HERE"]
 
 
-async def test_worker_killed_during_tool_applies_effect_once(temporal, settings: Settings) -> None:
+async def test_worker_killed_during_tool_applies_effect_once(
+    agent: Agent, settings: Settings
+) -> None:
     log = settings.workspace_dir / "log.txt"
     script = [
         say(call("append_line", path="log.txt", line="exactly once", linger=30.0)),
         say(call("finish", answer="done")),
     ]
 
-    async def effect_applied(client: CapstanClient, run_id: str) -> None:
+    async def effect_applied(live: Live, run_id: str) -> None:
         for _ in range(400):  # the effect happened; the activity has not returned yet
             if log.exists():
                 return
             await asyncio.sleep(0.05)
 
-    with FakeProvider(script) as fake:
-        spec = RunSpec(task="append", tuning=TUNING, auto_approve=True, allowed_tools=TOOLS)
-        got = await kill_and_recover(temporal, settings, fake, spec, effect_applied)
+    spec = RunSpec(task="append", tuning=TUNING, auto_approve=True, allowed_tools=TOOLS)
+    got = await kill_and_recover(agent, script, spec, effect_applied)
     assert got.result.terminal_reason is TerminalReason.COMPLETED
     assert log.read_text() == "exactly once\n"
     observation = got.steps[0].tool_calls[0].observation or ""
     assert observation.startswith("already appended (key " + got.run_id + "/1/call_0_0")
 
 
-async def test_worker_killed_while_waiting_for_approval(temporal, settings: Settings) -> None:
+async def test_worker_killed_while_waiting_for_approval(agent: Agent, settings: Settings) -> None:
     """(a) approve while no worker runs: the signal is durable, the new worker applies it once."""
     shown: list[PendingView] = []
 
-    async def waiting(client: CapstanClient, run_id: str) -> None:
-        shown.append(await wait_pending(client, run_id))
+    async def waiting(live: Live, run_id: str) -> None:
+        shown.append(await wait_pending(live.client, run_id))
 
-    async def approve_offline(client: CapstanClient, run_id: str) -> None:
+    async def approve_offline(live: Live, run_id: str) -> None:
+        client = live.client
         # no worker runs: `pending` falls back to the requests the run announced in its memo
         offline = await client.pending(run_id, query_timeout=2.0)
         assert offline.approvals == shown[0].approvals
@@ -169,51 +154,48 @@ async def test_worker_killed_while_waiting_for_approval(temporal, settings: Sett
         say(call("append_line", path="log.txt", line="approved")),
         say(call("finish", answer="done")),
     ]
-    with FakeProvider(script) as fake:
-        spec = RunSpec(task="append after approval", tuning=TUNING, allowed_tools=TOOLS)
-        got = await kill_and_recover(
-            temporal, settings, fake, spec, waiting, "approval_across_crash", approve_offline
-        )
+    spec = RunSpec(task="append after approval", tuning=TUNING, allowed_tools=TOOLS)
+    got = await kill_and_recover(
+        agent, script, spec, waiting, "approval_across_crash", approve_offline
+    )
     assert got.result.terminal_reason is TerminalReason.COMPLETED
     assert (settings.workspace_dir / "log.txt").read_text() == "approved\n"
     assert [r.action for r in got.view.records] == ["approve"]
     assert len(got.view.diagnostics) == 1  # the second decision was stale: ignored, recorded
 
 
-async def test_worker_killed_while_paused(temporal, settings: Settings) -> None:
+async def test_worker_killed_while_paused(agent: Agent) -> None:
     """(b) a paused run stays paused across a crash and resumes by a signal sent offline."""
 
-    async def paused(client: CapstanClient, run_id: str) -> None:
-        await asyncio.to_thread(fake.wait_for_step, 0)
-        await client.pause(run_id)
-        await wait_status(client, run_id, lambda s: s.paused and s.step == 1)
+    async def paused(live: Live, run_id: str) -> None:
+        await asyncio.to_thread(live.fake.wait_for_step, 0)
+        await live.client.pause(run_id)
+        await wait_status(live.client, run_id, lambda s: s.paused and s.step == 1)
 
-    async def resume_offline(client: CapstanClient, run_id: str) -> None:
-        await client.send_message(run_id, "resumed by the operator", "r1")
-        await client.resume(run_id)
+    async def resume_offline(live: Live, run_id: str) -> None:
+        await live.client.send_message(run_id, "resumed by the operator", "r1")
+        await live.client.resume(run_id)
 
     script = [say(call("list_dir"), hold=0.5), say(call("finish", answer="done"))]
-    with FakeProvider(script) as fake:
-        spec = RunSpec(task="pause me", tuning=TUNING, allowed_tools=TOOLS)
-        got = await kill_and_recover(temporal, settings, fake, spec, paused, None, resume_offline)
+    spec = RunSpec(task="pause me", tuning=TUNING, allowed_tools=TOOLS)
+    got = await kill_and_recover(agent, script, spec, paused, None, resume_offline)
     assert got.result.terminal_reason is TerminalReason.COMPLETED
-    assert fake.steps_seen() == [0, 1]
-    live = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "user"][1:]
-    assert live == ["resumed by the operator"]
+    assert got.fake.steps_seen() == [0, 1]
+    delivered = [m["content"] for m in got.messages(1, "user")][1:]
+    assert delivered == ["resumed by the operator"]
 
 
-async def test_worker_killed_between_message_and_delivery(temporal, settings: Settings) -> None:
+async def test_worker_killed_between_message_and_delivery(agent: Agent) -> None:
     """(c) a message signalled during a model call is delivered exactly once after the crash."""
 
-    async def message_sent(client: CapstanClient, run_id: str) -> None:
-        await asyncio.to_thread(fake.wait_for_step, 0)
-        await client.send_message(run_id, "use the blue one", "m1")
+    async def message_sent(live: Live, run_id: str) -> None:
+        await asyncio.to_thread(live.fake.wait_for_step, 0)
+        await live.client.send_message(run_id, "use the blue one", "m1")
 
     script = [say(call("list_dir"), hold=30.0), say(call("finish", answer="blue"))]
-    with FakeProvider(script) as fake:
-        spec = RunSpec(task="listen", tuning=TUNING, allowed_tools=TOOLS)
-        got = await kill_and_recover(temporal, settings, fake, spec, message_sent)
+    spec = RunSpec(task="listen", tuning=TUNING, allowed_tools=TOOLS)
+    got = await kill_and_recover(agent, script, spec, message_sent)
     assert got.result.terminal_reason is TerminalReason.COMPLETED
-    assert fake.steps_seen() == [0, 0, 1]
-    live = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "user"][1:]
-    assert live == ["use the blue one"]
+    assert got.fake.steps_seen() == [0, 0, 1]
+    delivered = [m["content"] for m in got.messages(-1, "user")][1:]
+    assert delivered == ["use the blue one"]

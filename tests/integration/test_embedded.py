@@ -14,7 +14,7 @@ from capstan.runtime.config import Settings
 from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.conftest import free_port
-from tests.integration.helpers import running_worker
+from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_pending
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
@@ -29,10 +29,9 @@ async def test_run_survives_server_restart(tmp_path: Path) -> None:
     assert (tmp_path / "temporal.db").exists()
     async with EmbeddedServer(tmp_path, port) as server:
         assert not server.reused
-        temporal = await connect_temporal(settings)
-        with FakeProvider([say(call("finish", answer="persisted"))]) as fake:
-            async with running_worker(temporal, settings, fake):
-                result = await CapstanClient(temporal, settings).result(run_id)
+        agent = Agent(await connect_temporal(settings), settings)
+        async with agent.serving([say(call("finish", answer="persisted"))]) as live:
+            result = await live.client.result(run_id)
     assert result.terminal_reason is TerminalReason.COMPLETED and result.output == "persisted"
 
 
@@ -69,22 +68,20 @@ async def test_server_killed_while_waiting_for_approval(tmp_path: Path) -> None:
         first = EmbeddedServer(tmp_path, port)
         await first.start()
         try:
-            temporal = await connect_temporal(settings)
-            async with running_worker(temporal, settings, fake):
-                client = CapstanClient(temporal, settings)
-                run_id = await client.start_run(RunSpec(task="write"))
-                (request,) = (await wait_pending(client, run_id)).approvals
+            agent = Agent(await connect_temporal(settings), settings)
+            async with agent.serving(fake) as live:
+                run_id = await live.start(RunSpec(task="write"))
+                (request,) = (await wait_pending(live.client, run_id)).approvals
         finally:
             assert first.process is not None
             first.process.kill()  # SIGKILL: no clean shutdown
             first.process.wait()
         async with EmbeddedServer(tmp_path, port):
-            temporal = await connect_temporal(settings)
-            async with running_worker(temporal, settings, fake):
-                client = CapstanClient(temporal, settings)
-                await client.decide(
+            agent = Agent(await connect_temporal(settings), settings)
+            async with agent.serving(fake) as live:  # the same fake, on the restarted server
+                await live.client.decide(
                     run_id, "approve", request.request_id, args_hash=request.args_hash
                 )
-                result = await asyncio.wait_for(client.result(run_id), 60)
+                result = await asyncio.wait_for(live.client.result(run_id), 60)
     assert result.terminal_reason is TerminalReason.COMPLETED
     assert (settings.workspace_dir / "a.txt").read_text() == "x"

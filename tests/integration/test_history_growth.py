@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from capstan.client.runs import CapstanClient
 from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason
-from capstan.runtime.config import Settings
-from capstan.testing.fake_provider import FakeProvider, Reply, call, say
+from capstan.testing.fake_provider import Reply, call, say
 from capstan.testing.history_stats import measure_history
-from tests.integration.helpers import running_worker
+from tests.integration.scripted_agent import Agent
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -23,31 +21,27 @@ def long_script(step: int, messages: list[dict[str, object]]) -> Reply:
     return say(call("finish", answer=f"read {step} outputs"))
 
 
-async def test_history_per_step_is_flat(temporal, settings: Settings) -> None:
-    settings = settings.model_copy(update={"tools_module": "tests.sample_tools"})
-    with FakeProvider(long_script) as fake:
-        async with running_worker(temporal, settings, fake):
-            client = CapstanClient(temporal, settings)
-            run_id = await client.start_run(
-                RunSpec(
-                    task="read many outputs",
-                    max_steps=STEPS,
-                    observation_max_chars=1000,
-                    # 200 same-sized outputs look like a loop to the similar-results breaker
-                    guards=GuardPolicy(similar_nudge=10_000, similar_abort=10_000),
-                )
-            )
-            result = await client.result(run_id)
+async def test_history_per_step_is_flat(agent: Agent) -> None:
+    agent.configure(tools_module="tests.sample_tools")
+    spec = RunSpec(
+        task="read many outputs",
+        max_steps=STEPS,
+        observation_max_chars=1000,
+        # 200 same-sized outputs look like a loop to the similar-results breaker
+        guards=GuardPolicy(similar_nudge=10_000, similar_abort=10_000),
+    )
+    run = await agent.run(long_script, spec)
+    result = run.result
     assert result.terminal_reason is TerminalReason.COMPLETED, result
     assert result.steps == STEPS
-    stats = await measure_history(temporal, run_id)
+    stats = await measure_history(agent.temporal, run.run_id)
     assert len(stats.step_bytes) == STEPS
     assert stats.runs >= 4  # continue-as-new every 50 steps by default
     early, late = stats.mean_bytes(10, 30), stats.mean_bytes(170, 190)
     assert late <= 1.5 * early, (early, late)
     assert stats.largest_event_bytes < 256 * 1024
     # the model really saw every large output, cut to the configured budget
-    last = fake.requests[-1]["messages"]
+    last = run.requests[-1]["messages"]
     observations = [m for m in last if m["role"] == "tool"]
     assert len(observations) == STEPS - 1
     assert all("read_result(ref=" in m["content"] for m in observations)
