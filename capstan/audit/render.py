@@ -1,19 +1,43 @@
-"""Audit trails as JSON lines, Markdown, or one self-contained HTML page for reviewers."""
+"""Audit trails as JSON lines, Markdown, or one self-contained HTML page for reviewers.
+
+JSONL is the record itself (hash-chained, written exactly as built, never reformatted). The
+Markdown and HTML renderings are readings of it: a summary first, then every record in order.
+"""
 
 from __future__ import annotations
 
-import html
 import json
+import re
 from typing import Any
+
+from capstan.audit.display import clip, count, duration, money, parse_arguments, pretty_json, utc
+from capstan.audit.page import html_page
+from capstan.audit.review import Review, read_trail
 
 __all__ = ["render_trail"]
 
 _SKIP = {"seq", "kind", "time", "run", "prev", "hash"}
+_ARGUMENT_KEYS = {"arguments"}
+_MD_LIMIT = 2000
 
 
-def _short(value: Any, limit: int = 2000) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, indent=1, default=str)
-    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
+def _short(key: str, value: Any) -> str:
+    if key in _ARGUMENT_KEYS and isinstance(value, str):
+        value = parse_arguments(value)
+    elif key == "response" and isinstance(value, dict):
+        calls = [
+            {**c, "arguments": parse_arguments(c.get("arguments"))}
+            for c in value.get("tool_calls") or []
+        ]
+        value = {**value, "tool_calls": calls}
+    return clip(pretty_json(value), _MD_LIMIT).text
+
+
+def _fenced(text: str) -> str:
+    """A code block no text can close early (a tool output may hold backticks)."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"\n\n{fence}\n{text}\n{fence}"
 
 
 def _title(rec: dict[str, Any]) -> str:
@@ -23,7 +47,10 @@ def _title(rec: dict[str, Any]) -> str:
     if kind == "tool_call":
         return f"step {rec.get('step')}: {rec.get('tool')} ({rec.get('outcome', 'failed')})"
     if kind == "decision":
-        return f"decision: {rec.get('action')} {rec.get('request_id')} by {rec.get('identity')}"
+        return (
+            f"decision: {rec.get('action')} {rec.get('request_id')} by {rec.get('identity')} "
+            f"(recorded by Temporal: {rec.get('client')})"
+        )
     if kind == "open_requests":
         ids = [a.get("request_id") for a in rec.get("approvals", [])]
         ids += [q.get("request_id") for q in rec.get("questions", [])]
@@ -33,58 +60,68 @@ def _title(rec: dict[str, Any]) -> str:
     return kind.replace("_", " ")
 
 
+def _md_summary(r: Review) -> list[str]:
+    verdict = (
+        f"verified: {len(r.records)} records, chain head `{r.head}`"
+        if not r.problems
+        else f"**{len(r.problems)} problems** (listed below)"
+    )
+    rows = [
+        ("Outcome", r.outcome),
+        ("Steps", count(r.steps)),
+        ("Duration", duration(r.duration_s)),
+        ("Cost", money(r.cost_usd)),
+        ("Tokens in / out", f"{count(r.input_tokens)} / {count(r.output_tokens)}"),
+        ("Started", f"{utc(r.started_at)} by {r.started_by} (recorded by Temporal)"),
+        ("Ended", utc((r.ended or {}).get("time")) if r.ended else "still running"),
+        ("Record", verdict),
+    ]
+    lines = [f"# Audit of run `{r.run_id}`", "", f"**Task:** {r.task}", "", "| | |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    if r.problems:
+        lines += ["", "**Integrity issues:**", *[f"- {p}" for p in r.problems]]
+    return lines
+
+
+def _md_approvals(r: Review) -> list[str]:
+    if not r.approvals:
+        return ["", "No call needed approval."]
+    lines = [
+        "",
+        "## Approvals",
+        "",
+        "| step | tool | decision | claimed | recorded by Temporal | when | reason |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for a in r.approvals:
+        d = a.decision or {}
+        cells = [a.step, a.tool, d.get("action", "no decision"), d.get("identity", "")]
+        cells += [d.get("client", ""), utc(d.get("time")), d.get("reason", "")]
+        lines.append("| " + " | ".join(str(c or "").replace("|", "\\|") for c in cells) + " |")
+    lines += [
+        "",
+        "_claimed_: the identity the client wrote into its input; _recorded by Temporal_: the "
+        "identity of the client connection that delivered it, as the server stored it.",
+    ]
+    return lines
+
+
 def _markdown(records: list[dict[str, Any]], issues: list[str]) -> str:
-    lines = ["# Capstan audit", ""]
-    if issues:
-        lines += ["**Integrity issues:**", *[f"- {i}" for i in issues], ""]
+    review = read_trail(records, issues)
+    lines = [*_md_summary(review), *_md_approvals(review), "", "## Records", ""]
     for rec in records:
         lines += [
             f"## {rec['seq']}. {_title(rec)}",
-            f"`{rec['time']}` · hash `{rec['hash'][:16]}`",
+            f"{utc(rec['time'])} · hash `{str(rec.get('hash', ''))[:16]}`",
             "",
         ]
         for key, value in rec.items():
             if key in _SKIP or value in (None, "", [], {}):
                 continue
-            text = _short(value)
-            lines += [
-                f"- **{key}**:" + (f" {text}" if "\n" not in text else f"\n\n```\n{text}\n```")
-            ]
+            text = _short(key, value)
+            lines.append(f"- **{key}**:" + (f" {text}" if "\n" not in text else _fenced(text)))
         lines.append("")
     return "\n".join(lines)
-
-
-_STYLE = """
-body{font:14px/1.5 system-ui,sans-serif;max-width:960px;margin:2em auto;color:#222}
-section{border:1px solid #ddd;border-radius:6px;padding:.6em 1em;margin:.8em 0}
-section.model_call{border-left:4px solid #36c}section.tool_call{border-left:4px solid #393}
-section.decision{border-left:4px solid #c93}section.run_ended{border-left:4px solid #933}
-.issues{background:#fee;border:1px solid #c33;padding:.5em 1em}
-pre{white-space:pre-wrap;background:#f7f7f7;padding:.4em;margin:.2em 0}
-small{color:#777}dt{font-weight:600}
-"""
-
-
-def _html(records: list[dict[str, Any]], issues: list[str]) -> str:
-    parts = [
-        "<!doctype html><meta charset=utf-8><title>Capstan audit</title>",
-        f"<style>{_STYLE}</style><h1>Capstan audit</h1>",
-    ]
-    if issues:
-        items = "".join(f"<li>{html.escape(i)}</li>" for i in issues)
-        parts.append(f"<div class=issues><b>Integrity issues</b><ul>{items}</ul></div>")
-    for rec in records:
-        fields = "".join(
-            f"<dt>{html.escape(k)}</dt><dd><pre>{html.escape(_short(v))}</pre></dd>"
-            for k, v in rec.items()
-            if k not in _SKIP and v not in (None, "", [], {})
-        )
-        parts.append(
-            f"<section class={html.escape(rec['kind'])}><h3>{rec['seq']}. "
-            f"{html.escape(_title(rec))}</h3><small>{html.escape(rec['time'])} · "
-            f"hash {rec['hash'][:16]}</small><dl>{fields}</dl></section>"
-        )
-    return "\n".join(parts)
 
 
 def render_trail(records: list[dict[str, Any]], issues: list[str], fmt: str) -> str:
@@ -93,5 +130,5 @@ def render_trail(records: list[dict[str, Any]], issues: list[str], fmt: str) -> 
     if fmt == "md":
         return _markdown(records, issues)
     if fmt == "html":
-        return _html(records, issues)
+        return html_page(records, issues)
     raise ValueError(f"unknown audit format {fmt!r}: use jsonl, md or html")

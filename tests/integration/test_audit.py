@@ -85,7 +85,8 @@ async def test_audit_matches_the_transcript_and_verifies(agent: Agent) -> None:
     assert message["text"] == "careful with that file"
     assert records[-1]["kind"] == "run_ended" and records[-1]["output"] == "audited"
     page = render_trail(records, issues, "html")
-    assert page.count("<section") == len(records) and "<script" not in page and "http" not in page
+    assert page.count("<section") == len(records) and "<script" not in page
+    assert "http://" not in page and "https://" not in page  # nothing loaded from outside
     assert "## 0. run started" in render_trail(records, issues, "md")
 
 
