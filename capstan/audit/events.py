@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from capstan.audit.display import duration
 from capstan.audit.history import Entry
 from capstan.core.activity_table import ActivityName
 from capstan.core.content import BlobRef, Text
@@ -173,7 +174,9 @@ def _other_events(i: int, e: Entry) -> list[Placed]:
                 i,
                 e.event_id,
                 0,
-                RunEvent(kind="waiting", time=t, summary=f"up to {e.extra.get('seconds', 0):g}s"),
+                RunEvent(
+                    kind="waiting", time=t, summary=f"up to {duration(e.extra.get('seconds', 0))}"
+                ),
             )
         ]
     if e.kind == "continued_as_new":

@@ -17,7 +17,7 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from capstan.audit.history import Entry, decode_history
+from capstan.audit.history import Entry, decode_history, first_run_id
 
 __all__ = ["HistoryFollower"]
 
@@ -47,11 +47,8 @@ class HistoryFollower:
     @classmethod
     async def start(cls, client: Client, workflow_id: str) -> HistoryFollower | None:
         """A follower from the first run of the chain, or None when no run has this id."""
-        runs = [wf async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-        if not runs:
-            return None
-        first = min(runs, key=lambda wf: wf.start_time)
-        return cls(client, workflow_id, first.run_id)
+        first = await first_run_id(client, workflow_id)
+        return None if first is None else cls(client, workflow_id, first)
 
     def entries(self) -> list[list[Entry]]:
         """The decoded entries of every run so far; a finished run is decoded once."""
@@ -79,7 +76,9 @@ class HistoryFollower:
             namespace=self.client.namespace,
             execution=WorkflowExecution(workflow_id=self.workflow_id, run_id=self._run_id),
             next_page_token=self._token,
-            wait_new_event=bool(self._events),
+            # from the first request on: only then does the server hand out a continuation
+            # token for an open run (without it the next request starts over at event 1)
+            wait_new_event=True,
             maximum_page_size=1000,
         )
         self.requests += 1
@@ -92,7 +91,8 @@ class HistoryFollower:
                 return False  # nothing new yet: the same token asks again next time
             raise
         self._token = response.next_page_token
-        new = list(response.history.events)
+        seen = self._events[-1].event_id if self._events else 0
+        new = [e for e in response.history.events if e.event_id > seen]
         if not new:
             return False
         self._events.extend(new)

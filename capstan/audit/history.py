@@ -15,6 +15,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.core.activity_table import ACTIVITIES
 from capstan.core.spec import RunResult
@@ -239,19 +240,48 @@ def _entry(event: HistoryEvent, run_id: str, activities: Activities) -> Entry | 
 async def load_histories(
     client: Client, workflow_id: str, closed: dict[str, WorkflowHistory] | None = None
 ) -> list[WorkflowHistory]:
-    """Every run of the workflow id, oldest first (the continue-as-new chain).
+    """Every run of the workflow id's latest chain, oldest first (the continue-as-new chain).
 
+    The chain is walked from its first run through each continue-as-new event, so it is exact
+    at once (a listing lags behind visibility, and may hold older runs that reused the id).
     Pass the same `closed` dict on every poll: runs that are over are fetched once and kept.
     """
-    runs = [wf async for wf in client.list_workflows(f"WorkflowId = '{workflow_id}'")]
-    runs.sort(key=lambda wf: wf.start_time)
-    histories = []
-    for wf in runs:
-        cached = closed.get(wf.run_id) if closed is not None else None
+    run_id = await first_run_id(client, workflow_id)
+    histories: list[WorkflowHistory] = []
+    while run_id:
+        cached = closed.get(run_id) if closed is not None else None
         if cached is None:
-            handle = client.get_workflow_handle(workflow_id, run_id=wf.run_id)
-            cached = await handle.fetch_history()
-            if closed is not None and wf.close_time is not None:
-                closed[wf.run_id] = cached
+            cached = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        last = cached.events[-1] if cached.events else None
+        if closed is not None and last is not None and last.event_type in _CLOSING:
+            closed[run_id] = cached
         histories.append(cached)
+        run_id = _continued_to(last)
     return histories
+
+
+async def first_run_id(client: Client, workflow_id: str) -> str | None:
+    """The first run of the workflow id's latest chain, or None when there is no such id."""
+    try:
+        desc = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise
+    return desc.raw_description.workflow_execution_info.first_run_id or desc.run_id
+
+
+def _continued_to(last: HistoryEvent | None) -> str | None:
+    if last is None or last.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+        return None
+    return last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id or None
+
+
+_CLOSING = {
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
+}

@@ -1,151 +1,239 @@
-"""`capstan demo`: the embedded server, a worker and one agent run, shown step by step.
+"""`capstan demo`: what Capstan is for, in one run you can watch.
 
-With `CAPSTAN_MODEL` set, the run uses that model. Without it, the demo says what to set and then
-runs against a scripted offline model (the same fake provider the tests use), so a fresh machine
-still sees a durable run end to end: tool calls, observations, a file write and a result.
+The demo starts the embedded Temporal server, a worker process and one agent run that copies a
+line from a file. Mid-run it SIGKILLs that worker and starts another: the run carries on from the
+step it was at. The write waits for a reviewer; the demo shows the request and its arguments
+hash and approves it. At the end it checks the answer against the file, verifies the run's audit
+trail and writes the HTML audit page.
+
+The model: `CAPSTAN_MODEL` if set; else the bundled SmolLM2 when the `local` extra is installed;
+else Capstan's scripted offline model (the fake provider the tests use), so a fresh machine
+still sees the whole story.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
-import httpx
-
+from capstan.audit.events import RunEvent, derive_events
+from capstan.audit.follow import HistoryFollower
+from capstan.audit.history import decode_history, load_histories
+from capstan.audit.render import render_trail
+from capstan.audit.trail import build_trail, verify_chain
 from capstan.client.runs import CapstanClient
-from capstan.client.watch import LiveText, follow, format_step
-from capstan.core.spec import RunResult, RunSpec, TerminalReason
+from capstan.core.spec import ActivityTuning, RunResult, RunSpec, TerminalReason
 from capstan.runtime import local_model
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
 
 __all__ = ["run_demo"]
 
-NOTES = "Capstan demo notes\nThe harbour crane lifts 42 containers an hour.\n"
+NOTES = (
+    "Harbour log, week 12\n"
+    "The harbour crane lifts 42 containers an hour.\n"
+    "Two tugs are in for repair.\n"
+)
+LINE = "The harbour crane lifts 42 containers an hour."
 TASK = (
-    "List the workspace, read notes.txt, write a one-line summary of it to summary.txt, "
-    "then finish with the number of containers the crane lifts per hour."
+    "Copy the line of notes.txt that mentions the crane into a new file summary.txt, "
+    "then finish with that line."
 )
-
-LOCAL_TASK = "Read notes.txt and tell me how many containers the crane lifts per hour."
-LOCAL_SYSTEM = (
-    "You are an agent that uses tools. Call read_file to read a file. "
-    "When you know the answer, call finish with the answer."
+SYSTEM = (
+    "You are an agent that uses tools. Call read_file to read notes.txt, then write_file to "
+    "write summary.txt, then finish."
 )
-
-NO_MODEL = (
-    "No model is configured. For a real model set:\n"
-    "  CAPSTAN_MODEL=openai:<model>   OPENAI_API_KEY=<key>   "
-    "(OPENAI_BASE_URL=<url> for Ollama, vLLM, llama.cpp or any OpenAI-compatible server)\n"
-    "Running the demo with Capstan's scripted offline model instead.\n"
-)
+#: The worker is killed while the model call of this step (counted from 1) is in flight.
+KILL_AT_STEP = 3
+#: Short heartbeats so the killed worker's activity is retried within seconds.
+TUNING = ActivityTuning(model_heartbeat=2.0, tool_heartbeat=2.0, model_initial_retry=0.5)
 
 
 def _scripted(step: int, messages: list[dict[str, Any]]) -> Reply:
-    """An offline 'model' that reads its observations, so the answer comes from the file."""
-    observed = [m.get("content") or "" for m in messages if m.get("role") == "tool"]
+    """An offline 'model' that reads its observations, so what it writes comes from the file."""
+    observed = [str(m.get("content") or "") for m in messages if m.get("role") == "tool"]
     if step == 0:
         return say(call("list_dir"), content="Let me look at the workspace first.")
     if step == 1:
         return say(call("read_file", path="notes.txt"), content="notes.txt is there; reading it.")
-    fact = next((line for text in observed for line in text.splitlines() if "crane" in line), "")
-    if step == 2:
-        return say(call("write_file", path="summary.txt", content=fact), content="Summarising.")
-    number = next((w for w in fact.split() if w.isdigit()), "unknown")
-    return say(call("finish", answer=f"{number} containers an hour"), content="Done.")
+    line = next((ln for text in observed for ln in text.splitlines() if "crane" in ln), "")
+    if step == KILL_AT_STEP - 1:  # held long enough for the demo to kill the worker mid-call
+        return Reply(
+            content="Copying the crane line.",
+            tool_calls=(("write_file", {"path": "summary.txt", "content": line.strip()}),),
+            hold_seconds=3.0,
+        )
+    written = next((t for t in observed if "summary.txt" in t), "")
+    return say(call("finish", answer=LINE if written else "nothing written"), content="Done.")
 
 
 @contextlib.contextmanager
-def _model_env(settings: Settings) -> Iterator[dict[str, str]]:
+def _model_env(settings: Settings, scripted: bool) -> Iterator[dict[str, str]]:
+    """The workers' environment: the configured model, the bundled one, or the scripted one."""
     env = dict(os.environ)
-    if env.get("CAPSTAN_MODEL"):
+    if scripted:
+        env.pop("CAPSTAN_MODEL", None)
+    elif env.get("CAPSTAN_MODEL"):
+        print(f"model: {env['CAPSTAN_MODEL']} (CAPSTAN_MODEL)")
         yield env
         return
-    if local_model.available():
-        print(
-            "No CAPSTAN_MODEL set: using the bundled offline model SmolLM2-135M "
-            "(profile local:smollm2). Set CAPSTAN_MODEL for OpenAI, Anthropic, Ollama, vLLM "
-            "or llama.cpp.\nSmolLM2-135M is tiny: watch the durable loop, its guards and nudges "
-            "work; do not expect a good answer from it.\n",
-            flush=True,
-        )
+    elif local_model.available():
+        print("model: the bundled SmolLM2-135M (local:smollm2), served on this machine")
         with local_model.local_model_env(env, settings.data_dir) as served:
             yield served
         return
-    print(NO_MODEL, flush=True)
+    print(
+        "model: Capstan's scripted offline model. For a real one set CAPSTAN_MODEL, e.g.\n"
+        "  CAPSTAN_MODEL=openai:<model> OPENAI_API_KEY=<key> [OPENAI_BASE_URL=<url>]"
+    )
     with FakeProvider(_scripted, model="capstan-scripted-demo") as fake:
         env.update({"CAPSTAN_MODEL": "openai:scripted-demo", "OPENAI_BASE_URL": fake.base_url})
+        env.setdefault("OPENAI_API_KEY", "demo-not-a-secret")
         yield env
 
 
-def demo_spec(env: dict[str, str]) -> RunSpec:
-    """The demo run; a small local model gets a simpler task and only the tools it needs."""
-    if env.get("CAPSTAN_MODEL") == local_model.LOCAL_PROFILE:
-        return RunSpec(
-            task=LOCAL_TASK,
-            system_prompt=LOCAL_SYSTEM,
-            allowed_tools=("list_dir", "read_file"),
-            max_steps=6,
-        )
-    return RunSpec(task=TASK, max_steps=10)
+class _Workers:
+    """Worker processes started the way a user starts them (`capstan worker`)."""
+
+    def __init__(self, env: dict[str, str], settings: Settings) -> None:
+        self.env = {
+            **env,
+            "CAPSTAN_DATA_DIR": str(settings.data_dir),
+            "CAPSTAN_TASK_QUEUE": settings.task_queue,
+            "CAPSTAN_TEMPORAL_PORT": str(settings.embedded_port),
+        }
+        self.log = settings.data_dir / "demo-workers.log"
+        self.current: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> int:
+        with self.log.open("ab") as log:
+            self.current = subprocess.Popen(
+                [sys.executable, "-m", "capstan", "worker"],
+                env=self.env,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
+        return self.current.pid
+
+    def kill(self) -> int:
+        assert self.current is not None
+        pid = self.current.pid
+        os.kill(pid, signal.SIGKILL)
+        self.current.wait()
+        return pid
+
+    def stop(self) -> None:
+        if self.current is not None and self.current.poll() is None:
+            self.current.terminate()
+            try:
+                self.current.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.current.kill()
 
 
-async def run_demo(settings: Settings) -> int:
+async def run_demo(settings: Settings, scripted: bool = False) -> int:
     from capstan import worker
 
     workspace = settings.workspace_dir
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "notes.txt").write_text(NOTES, encoding="utf-8")
-    with _model_env(settings) as env:
-        async with worker.temporal_for(settings) as temporal, httpx.AsyncClient() as http:
-            async with worker.build_worker(temporal, settings, http, env):
-                client = CapstanClient(temporal, settings)
-                run_id = await client.start_run(demo_spec(env))
-                print(f"started run {run_id} on {settings.address} (workspace: {workspace})")
-                reviewer = asyncio.create_task(_review(client, run_id))
-                try:
-                    result = await _show(client, run_id)
-                finally:
-                    reviewer.cancel()
-    summary = workspace / "summary.txt"
-    if summary.exists():
-        print(f"summary.txt: {summary.read_text(encoding='utf-8').strip()}")
-    return 0 if result.terminal_reason is TerminalReason.COMPLETED else 1
+    (workspace / "summary.txt").unlink(missing_ok=True)
+    with _model_env(settings, scripted) as env:
+        async with worker.temporal_for(settings) as temporal:
+            client = CapstanClient(temporal, settings)
+            workers = _Workers(env, settings)
+            try:
+                print(f"worker 1 started (pid {workers.start()}); Temporal at {settings.address}")
+                spec = RunSpec(task=TASK, system_prompt=SYSTEM, max_steps=8, tuning=TUNING)
+                run_id = await client.start_run(spec)
+                print(f"run {run_id} started; workspace {workspace}\n")
+                result = await _narrate(client, run_id, workers)
+            finally:
+                workers.stop()
+            return await _conclude(client, run_id, result, workspace, settings.data_dir)
 
 
-async def _review(client: CapstanClient, run_id: str) -> None:
-    """Play the human reviewer: show each approval request, then approve it."""
+async def _narrate(client: CapstanClient, run_id: str, workers: _Workers) -> RunResult:
+    """Print the run's events; kill the worker mid-step, restart it; approve the write."""
+    killed_at: int | None = None
+    async for event in _events(client, run_id):
+        step = f" step {event.step}" if event.step is not None else ""
+        print(f"  {event.kind}{step}  {event.summary}".rstrip(), flush=True)
+        if event.kind == "step_started" and event.step == KILL_AT_STEP and killed_at is None:
+            await asyncio.sleep(1.0)  # the model call of this step is in flight now
+            print(f"\n  >>> SIGKILL worker 1 (pid {workers.kill()}) while step {event.step} runs")
+            print(f"  >>> worker 2 started (pid {workers.start()}); the run is only in Temporal\n")
+            killed_at = event.step
+        elif event.kind == "model_replied" and killed_at is not None and event.step == killed_at:
+            print(f"  >>> the run carried on at step {killed_at} on worker 2: nothing was lost\n")
+            killed_at = -1
+        elif event.kind == "approval_requested":
+            await _approve(client, run_id)
+        elif event.kind == "run_ended":
+            break
+    return await client.result(run_id)
+
+
+async def _events(client: CapstanClient, run_id: str) -> AsyncIterator[RunEvent]:
+    follower = await HistoryFollower.start(client.client, run_id)
+    assert follower is not None
+    shown = 0
+    while not follower.closed:
+        if await follower.poll(wait=0.5):
+            events = derive_events(follower.entries())
+            for event in events[shown:]:
+                yield event
+            shown = len(events)
+
+
+async def _approve(client: CapstanClient, run_id: str) -> None:
+    """Play the reviewer: show the request as `capstan pending` does, then approve it."""
     content = client.content()
-    while True:
-        await asyncio.sleep(0.3)
-        with contextlib.suppress(Exception):
-            for request in (await client.pending(run_id)).approvals:
-                args = content.resolve(request.arguments)
-                print(f"  approval requested: {request.tool}({args}) because {request.reason}")
-                await client.decide(
-                    run_id,
-                    "approve",
-                    request.request_id,
-                    args_hash=request.args_hash,
-                    reason="the demo reviewer approves",
-                    checked=True,
-                )
-                print(f"  approved {request.request_id} as {client.settings.identity}")
+    for request in (await client.pending(run_id)).approvals:
+        print(f"\n  approval request {request.request_id}: {request.reason}")
+        print(f"    {request.tool}({content.resolve(request.arguments)})")
+        print(f"    arguments hash {request.args_hash[:16]}… (the decision is bound to it)")
+        await client.decide(
+            run_id,
+            "approve",
+            request.request_id,
+            args_hash=request.args_hash,
+            reason="the demo reviewer checked the line",
+            checked=True,
+        )
+        print(f"    approved by {client.settings.identity}\n")
 
 
-async def _show(client: CapstanClient, run_id: str) -> RunResult:
-    async for item in follow(client, run_id):
-        if isinstance(item, LiveText):
-            continue
-        if isinstance(item, RunResult):
-            output = client.content().resolve(item.output) if item.output is not None else ""
-            print(f"\nresult: {item.terminal_reason.value} after {item.steps} steps")
-            print(f"answer: {output}" if output else f"reason: {item.error}")
-            print(json.dumps(item.usage.model_dump(), sort_keys=True))
-            return item
-        print("\n".join(format_step(item)), flush=True)
-    raise RuntimeError("the run ended without a result")
+async def _conclude(
+    client: CapstanClient, run_id: str, result: RunResult, workspace: Path, data_dir: Path
+) -> int:
+    content = client.content()
+    answer = content.resolve(result.output) if result.output is not None else ""
+    print(f"\nresult: {result.terminal_reason.value} after {result.steps} steps")
+    print(f"answer: {answer or result.error}")
+    summary = workspace / "summary.txt"
+    written = summary.read_text(encoding="utf-8").strip() if summary.exists() else ""
+    matched = written == LINE
+    print(
+        f"summary.txt {'matches' if matched else 'does NOT match'} the crane line of notes.txt"
+        + ("" if matched else f" (it holds {written!r})")
+    )
+    runs = [decode_history(h) for h in await load_histories(client.client, run_id)]
+    records, issues = build_trail(runs, content)
+    problems = issues + verify_chain(records)
+    page = data_dir / f"audit-{run_id}.html"
+    page.write_text(render_trail(records, issues, "html"), encoding="utf-8")
+    verdict = "verified" if not problems else f"{len(problems)} problems"
+    print(f"audit: {len(records)} records, hash chain and blobs {verdict}")
+    print(f"audit page: {page.resolve()}")
+    print(f"again from the CLI: capstan audit {run_id} --verify")
+    completed = result.terminal_reason is TerminalReason.COMPLETED
+    return 0 if completed and matched and not problems else 1

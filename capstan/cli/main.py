@@ -230,7 +230,7 @@ async def cmd_model_serve(args: argparse.Namespace, settings: Settings) -> int:
 async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from capstan.cli.demo import run_demo
 
-    return await run_demo(settings)
+    return await run_demo(settings, scripted=args.scripted)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -286,7 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("model", cmd_model_serve, "serve the bundled offline model: `capstan model serve`")
     p.add_argument("action", choices=["serve"])
     p.add_argument("--port", type=int, default=8765)
-    add("demo", cmd_demo, "start the embedded server and a worker, run one agent, show it")
+    p = add("demo", cmd_demo, "a run that survives a killed worker, an approval and an audit")
+    p.add_argument(
+        "--scripted", action="store_true", help="use the scripted offline model, whatever is set"
+    )
     return parser
 
 

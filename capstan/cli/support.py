@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from capstan.audit.display import duration
 from capstan.client.runs import CapstanClient
 from capstan.runtime.config import ConfigError, Settings
 from capstan.runtime.temporal_connection import TemporalConnectError
@@ -21,7 +22,6 @@ __all__ = [
     "Command",
     "client_for",
     "expires_in",
-    "in_words",
     "print_json",
 ]
 
@@ -59,23 +59,8 @@ async def client_for(settings: Settings) -> CapstanClient:
         ) from exc
 
 
-def in_words(seconds: float) -> str:
-    """A duration as people say it: `23 h 59 m`, `4 m 10 s`, `12 s`."""
-    total = max(int(seconds), 0)
-    days, rest = divmod(total, 86_400)
-    hours, rest = divmod(rest, 3_600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} m"
-    if minutes:
-        return f"{minutes} m {secs} s"
-    return f"{secs} s"
-
-
 def expires_in(at: datetime, now: datetime | None = None) -> str:
     """`expires in 23 h 59 m`, or `expired 5 m ago` (naive times are UTC, as runs record)."""
     at = at if at.tzinfo else at.replace(tzinfo=UTC)
     left = (at - (now or datetime.now(UTC))).total_seconds()
-    return f"expires in {in_words(left)}" if left >= 0 else f"expired {in_words(-left)} ago"
+    return f"expires in {duration(left)}" if left >= 0 else f"expired {duration(-left)} ago"

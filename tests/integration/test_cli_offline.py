@@ -149,3 +149,19 @@ async def test_watch_follows_with_long_polls_not_rereads(
     lines = out.stdout.splitlines()
     again = await asyncio.to_thread(run_cli, settings, "watch", "off-done", "--from", "2")
     assert again.stdout.splitlines() == lines[2:]
+
+
+async def test_a_follower_sees_each_event_once_as_a_run_grows(
+    temporal: Client, settings: Settings
+) -> None:
+    client = CapstanClient(temporal, settings)
+    run_id = await client.start_run(RunSpec(task="grow"))
+    follower = await HistoryFollower.start(temporal, run_id)
+    assert follower is not None
+    for i in range(5):
+        await client.send_message(run_id, f"m{i}")
+        assert await follower.poll(wait=5.0)
+    ids = [e.event_id for e in follower.histories[-1].events]
+    assert ids == list(range(1, len(ids) + 1))  # each event once, in order
+    assert follower.requests <= 6  # one read, then at most one long poll per new event
+    await client.cancel(run_id)
