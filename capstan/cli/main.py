@@ -12,6 +12,9 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from capstan.audit.events import derive_events
 from capstan.audit.follow import HistoryFollower
@@ -20,6 +23,7 @@ from capstan.cli.steering import register_steering
 from capstan.cli.support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
 from capstan.cli.support import client_for as _client
 from capstan.cli.support import print_json as _print_json
+from capstan.client.agents import load_spec, resolve_agent
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.transcript import build_transcript
 from capstan.client.watch import format_step, watch_live
@@ -61,19 +65,41 @@ def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
     return lines
 
 
+def _run_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
+    """The spec `run` starts: a spec file, an agent definition, or flags; flags given on the
+    command line override the file's or the definition's fields."""
+    given = {
+        "model": args.model,
+        "max_steps": args.max_steps,
+        "run_id": args.id,
+        "finish_mode": args.finish_mode,
+        "system_prompt": args.system,
+        "auto_approve": args.auto_approve or None,
+        "allowed_tools": tuple(args.tools.split(",")) if args.tools else None,
+        "wait_for_steps_grant": args.grant_steps or None,
+    }
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if args.task is not None:
+        overrides["task"] = args.task
+    if args.spec:
+        return load_spec(Path(args.spec), **overrides)
+    if args.task is None:
+        raise CliError("run: give a task (or --spec FILE with one)")
+    if args.agent:
+        if settings.agents_file is None:
+            raise CliError("run --agent: set CAPSTAN_AGENTS to the agents file (TOML)")
+        task = overrides.pop("task")
+        return resolve_agent(settings.agents_file, args.agent, task, **overrides)
+    try:
+        return RunSpec.model_validate(overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise CliError(f"run: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
+    spec = _run_spec(args, settings)
     client = await _client(settings)
-    spec = RunSpec(
-        task=args.task,
-        model=args.model,
-        max_steps=args.max_steps,
-        run_id=args.id,
-        finish_mode=FinishMode(args.finish_mode),
-        system_prompt=args.system,
-        auto_approve=args.auto_approve,
-        allowed_tools=tuple(args.tools.split(",")) if args.tools else None,
-        wait_for_steps_grant=args.grant_steps,
-    )
     run_id = await client.start_run(spec)
     if link := _ui_link(settings, run_id):
         print(f"web UI: {link}", file=sys.stderr)
@@ -243,11 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = add("run", cmd_run, "start an agent run and print its id (or wait for its result)")
-    p.add_argument("task")
-    p.add_argument("--model", default="default", help="model profile (default: CAPSTAN_MODEL)")
-    p.add_argument("--max-steps", type=int, default=25)
+    p.add_argument("task", nargs="?", default=None)
+    p.add_argument("--agent", default=None, help="an agent defined in CAPSTAN_AGENTS")
+    p.add_argument("--spec", default=None, metavar="FILE", help="a whole RunSpec (TOML or JSON)")
+    p.add_argument("--model", default=None, help="model profile (default: CAPSTAN_MODEL)")
+    p.add_argument("--max-steps", type=int, default=None, help="default 25")
     p.add_argument("--id", default=None, help="run id (default: generated)")
-    p.add_argument("--finish-mode", choices=[m.value for m in FinishMode], default="tool")
+    p.add_argument("--finish-mode", choices=[m.value for m in FinishMode], default=None)
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--auto-approve", action="store_true", help="run `ask` tools unattended")
     p.add_argument("--tools", default=None, help="comma-separated tools to offer (default all)")

@@ -181,6 +181,8 @@ class RunSpec(BaseModel):
     context: ContextPolicy = ContextPolicy()
     guards: GuardPolicy = GuardPolicy()
     budgets: Budgets = Budgets()
+    #: the agent definition this spec was resolved from (`CAPSTAN_AGENTS`), for the record
+    agent: str | None = None
 
 
 class RunStatus(BaseModel):

@@ -62,6 +62,7 @@ class Settings(EnvSettings):
     policy_file: Path | None = Field(None, validation_alias="CAPSTAN_POLICY")
     identity: str = Field("", validation_alias="CAPSTAN_IDENTITY")
     finish_guard: str | None = Field(None, validation_alias="CAPSTAN_FINISH_GUARD")
+    agents_file: Path | None = Field(None, validation_alias="CAPSTAN_AGENTS")
     # The Temporal connection, from temporalio.envconfig (see the module docstring).
     temporal_address: str | None = None
     namespace: str = "default"
