@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -23,7 +24,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from capstan.core import inputs, loop
+    from capstan.core import inputs, limits, loop
     from capstan.core.activity_io import RunToolInput
     from capstan.core.activity_table import ACTIVITIES, ActivityName
     from capstan.core.effects import (
@@ -45,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         Steered,
         ToolsFinished,
     )
+    from capstan.core.limits import HistoryGauge
     from capstan.core.spec import RunResult, RunStatus, TerminalReason
     from capstan.core.state import RunState
     from capstan.core.steering import (
@@ -59,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
     from capstan.core.workflow_io import (
         ANNOUNCE_PATCH,
         CANCEL_IN_FLIGHT_PATCH,
+        COMPACTION_PATCH,
         CONTEXT_PATCH,
         GUARDS_PATCH,
         REQUESTS_MEMO,
@@ -71,7 +74,11 @@ with workflow.unsafe.imports_passed_through():
         TranscriptView,
     )
 
-__all__ = ["AgentWorkflow"]
+__all__ = ["LIMITS_PATCH", "AgentWorkflow"]
+
+#: `workflow.patched` id: a run continues as new when its history nears Temporal's limits
+#: (`capstan.core.limits`), waiting or not. Runs recorded before it wait on as they did.
+LIMITS_PATCH = "history-limits-v1"
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -89,6 +96,9 @@ class AgentWorkflow:
             start.spec, start.spec.run_id or workflow.info().workflow_id
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
+        self._signals = 0  # signals and updates this execution received (Temporal limits them)
+        self._updates = 0
+        self._limits_off = False  # replaying a run recorded before LIMITS_PATCH
         self._announced: list[str] = []  # the request ids the memo lists now
         self._bug: _LoopBugError | None = None  # a loop error met inside a signal handler
 
@@ -100,6 +110,9 @@ class AgentWorkflow:
             workflow.deprecate_patch(TOOL_POLICY_PATCH)
             workflow.deprecate_patch(CONTEXT_PATCH)
             workflow.deprecate_patch(GUARDS_PATCH)
+        if not workflow.patched(COMPACTION_PATCH):  # recorded before compaction hysteresis
+            context = dataclasses.replace(self.state.context, hysteresis=False)
+            self.state = dataclasses.replace(self.state, context=context)
         return await self._main(start)
 
     async def _main(self, start: AgentInput) -> RunResult:
@@ -138,11 +151,13 @@ class AgentWorkflow:
     @workflow.signal(name=STEER)
     def steer(self, item: SteeringInput) -> None:
         """Every steering input (durable the moment the server accepts it, no worker needed)."""
+        self._signals += 1
         self._steer(item)
 
     @workflow.update(name=STEER)
     def steer_checked(self, item: SteeringInput) -> Ack:
         """The same inputs, validated first: a rejection writes nothing to history."""
+        self._updates += 1
         return self._steer(item)
 
     @steer_checked.validator
@@ -153,6 +168,7 @@ class AgentWorkflow:
     def legacy_signal(self, name: str, args: Sequence[RawValue]) -> None:
         """The per-input signals from before `steer` (older clients, stored histories); any
         other signal is noted in the diagnostics and changes nothing else."""
+        self._signals += 1
         item, problem = _legacy_input(name, args)
         if item is None:
             self._fold(InputRefused(problem=problem))
@@ -161,6 +177,7 @@ class AgentWorkflow:
 
     @workflow.update(dynamic=True)
     def legacy_update(self, name: str, args: Sequence[RawValue]) -> Ack:
+        self._updates += 1
         item, _ = _legacy_input(name, args)
         assert item is not None  # the validator refused anything else
         return self._steer(item)
@@ -238,24 +255,54 @@ class AgentWorkflow:
         gauge.set(len(self.state.turn.approvals), {"run_id": self.state.run_id})
 
     async def _await_input(self, effect: AwaitInput) -> None:
-        """Wait durably until an input arrives or the earliest expiry passes."""
+        """Wait durably until an input arrives, the earliest expiry passes, or the history
+        nears Temporal's limits (the loop then continues as new)."""
         seen = self._inputs
         timeout = None
         if effect.until is not None:
             timeout = max((effect.until - workflow.now()).total_seconds(), 0.001)
         # on timeout, the next Boundary settles the expiry
         with contextlib.suppress(builtins.TimeoutError):
-            await workflow.wait_condition(lambda: self._inputs != seen, timeout=timeout)
+            await workflow.wait_condition(
+                lambda: self._inputs != seen or self._history_full(), timeout=timeout
+            )
+
+    def _history_full(self) -> bool:
+        return not self._limits_off and limits.must_continue(self._gauge())
+
+    def _gauge(self) -> HistoryGauge:
+        """How full this execution's history is (deterministic: as of the current task)."""
+        info = workflow.info()
+        return HistoryGauge(
+            events=info.get_current_history_length(),
+            size_bytes=info.get_current_history_size(),
+            signals=self._signals,
+            updates=self._updates,
+            suggested=info.is_continue_as_new_suggested(),
+        )
 
     # Interpreter -----------------------------------------------------------------------------
 
     def _decide(self) -> Effect:
+        gauge = self._gauge()
         try:
-            return loop.next_effect(
-                self.state, continue_suggested=workflow.info().is_continue_as_new_suggested()
-            )
+            effect = loop.next_effect(self.state, continue_suggested=gauge.suggested, history=gauge)
+            if isinstance(effect, ContinueAsNew) and not self._limits_apply(gauge):
+                effect = loop.next_effect(self.state, continue_suggested=gauge.suggested)
         except Exception as exc:
             raise _LoopBugError(exc) from exc
+        return effect
+
+    def _limits_apply(self, gauge: HistoryGauge) -> bool:
+        """Whether a continue-as-new the history limits call for may happen: always when the
+        rules before LIMITS_PATCH call for it too, else in runs recorded with the patch."""
+        if self._limits_off:
+            return False
+        before = loop.next_effect(self.state, continue_suggested=gauge.suggested)
+        if isinstance(before, ContinueAsNew) or workflow.patched(LIMITS_PATCH):
+            return True
+        self._limits_off = True
+        return False
 
     def _fold(self, outcome: Outcome) -> None:
         try:

@@ -30,12 +30,13 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.audit.history import load_histories
 from capstan.audit.snapshot import Snapshot
 from capstan.core.activity_table import ActivityName
+from capstan.core.inputs import size_problem
+from capstan.core.limits import INPUT_TEXT_BYTES
 from capstan.core.spec import RunResult, RunSpec, RunStatus
 from capstan.core.steering import (
     STEER,
@@ -51,6 +52,7 @@ from capstan.core.steering import (
     ResumeRequest,
     SteeringBase,
     StepGrant,
+    text_fields,
 )
 from capstan.core.workflow_io import (
     REQUESTS_MEMO,
@@ -60,7 +62,9 @@ from capstan.core.workflow_io import (
     OpenRequests,
     TranscriptView,
 )
-from capstan.runtime.blobstore import ContentStore, LocalBlobStore
+from capstan.runtime.blobs import content_store_for, keyring_for
+from capstan.runtime.blobstore import ContentStore
+from capstan.runtime.codec import data_converter
 from capstan.runtime.config import Settings
 from capstan.runtime.temporal_connection import explain_connect_failure
 
@@ -94,12 +98,14 @@ class RejectedError(SteeringError):
 async def connect_temporal(settings: Settings) -> Client:
     """The one place Capstan connects to Temporal (client, CLI and worker): the address,
     namespace, API key, TLS and gRPC metadata that `temporalio.envconfig` resolved into
-    `settings`, with Capstan's data converter (pydantic v2 payloads).
+    `settings`, with Capstan's data converter (pydantic v2 payloads, encrypted with the codec
+    keys of `settings` when it has any: `capstan.runtime.codec`).
 
     Raises `ConfigError` (an unreadable or non-PEM certificate or key) or
     `TemporalConnectError` (nothing answers, TLS or credentials refused), each one line."""
     access = settings.temporal
     tls = access.tls_option()  # reads certificate files now, so rotated files are picked up
+    converter = data_converter(keyring_for(settings))  # a bad key is a ConfigError, here
     try:
         return await Client.connect(
             settings.address,
@@ -107,7 +113,7 @@ async def connect_temporal(settings: Settings) -> Client:
             api_key=access.api_key.get_secret_value() if access.api_key else None,
             tls=tls,
             rpc_metadata=access.grpc_meta,
-            data_converter=pydantic_data_converter,
+            data_converter=converter,
         )
     except (RuntimeError, ValueError, RPCError) as exc:
         raise explain_connect_failure(settings.address, access, exc) from exc
@@ -148,8 +154,9 @@ class CapstanClient:
         return cls(await connect_temporal(settings), settings)
 
     def content(self) -> ContentStore:
-        """The blob store, for resolving refs in transcripts and outputs."""
-        return ContentStore(LocalBlobStore(self.settings.blob_dir))
+        """The blob store the workers write to (`capstan.runtime.blobs`), for resolving refs
+        in transcripts and outputs."""
+        return content_store_for(self.settings)
 
     def handle(self, run_id: str) -> WorkflowHandle[object, RunResult]:
         return self.client.get_workflow_handle(run_id, result_type=RunResult)
@@ -240,7 +247,9 @@ class CapstanClient:
     async def steer(
         self, run_id: str, item: SteeringBase, checked: bool = False, update_timeout: float = 15.0
     ) -> Ack | None:
-        """Send one steering input, filling in a fresh id and this client's identity.
+        """Send one steering input, filling in a fresh id and this client's identity. Large
+        text goes to the blob store first and travels as a ref; an input still over the bounds
+        of `capstan.core.limits` (an id of 1,000 characters) raises SteeringError unsent.
 
         `checked` sends the validated update; if no worker takes it within `update_timeout`
         seconds the same input goes as a signal instead (and None is returned)."""
@@ -249,7 +258,10 @@ class CapstanClient:
             update["id"] = uuid.uuid4().hex
         if not item.identity:
             update["identity"] = self.settings.identity
-        item = item.model_copy(update=update)
+        item = await self._stored(item.model_copy(update=update))
+        problem = size_problem(item)
+        if problem is not None:
+            raise SteeringError(f"{item.wire.commands[0]}: {problem}")
         handle = self.handle(run_id)
         try:
             if not checked:
@@ -274,6 +286,24 @@ class CapstanClient:
             ended = desc.status.name.lower() if desc.status else "closed"
             raise SteeringError(f"run {run_id!r} has already ended ({ended})") from None
         return ack
+
+    async def _stored(self, item: SteeringBase) -> SteeringBase:
+        """`item` with its large text (over `INPUT_TEXT_BYTES`) written to the blob store and
+        sent as refs: a run holds no large text, and the model pages through it."""
+        large = {
+            name: value
+            for name in text_fields(type(item))
+            if isinstance(value := getattr(item, name), str)
+            and len(value.encode("utf-8")) > INPUT_TEXT_BYTES
+        }
+        if not large:
+            return item
+        store = self.content()
+        refs = {
+            name: await asyncio.to_thread(store.store_bytes, value.encode("utf-8"), value)
+            for name, value in large.items()
+        }
+        return item.model_copy(update=refs)
 
     async def pending(self, run_id: str, query_timeout: float = 5.0) -> PendingView:
         """Open approval requests and questions.

@@ -8,13 +8,18 @@ The boundary fold decides without the interpreter's `continue_suggested` hint, s
 due (a request too long for the window, a budget the next call would cross) is recorded before a
 continue-as-new that only the history's length suggests: the run ends instead of continuing to
 end at once. A continue-as-new every `continue_as_new_every` steps still comes first.
+
+The interpreter also passes how full its history is (`HistoryGauge`): a run about to wait (for
+resume, a decision, an answer, a grant) continues as new first when Temporal's limits are near
+or Temporal suggests it, and any run does at its next step near the limits, so a flood of
+signals to a waiting run can never reach the point where Temporal refuses the next one.
 """
 
 from __future__ import annotations
 
 from typing import assert_never
 
-from capstan.core import budgets, context
+from capstan.core import budgets, context, limits
 from capstan.core.activity_io import (
     CallModelInput,
     CheckFinishInput,
@@ -36,15 +41,27 @@ from capstan.core.effects import (
 )
 from capstan.core.finish import finish_answer
 from capstan.core.gate import open_requests
-from capstan.core.spec import RunResult, TerminalReason
+from capstan.core.limits import HistoryGauge
+from capstan.core.spec import SANDBOX_TOOLS, RunResult, TerminalReason
 from capstan.core.state import Ending, RunState
 
 __all__ = ["decide", "result"]
 
 
-def decide(state: RunState, continue_suggested: bool) -> Effect | Ending:
+def decide(
+    state: RunState, continue_suggested: bool, history: HistoryGauge | None = None
+) -> Effect | Ending:
     """The one decision procedure, in the order of the iteration. An `Ending` means the run
     must end now and its state does not say so yet: the boundary fold records it."""
+    decision = _decide(state, continue_suggested, history)
+    if isinstance(decision, AwaitInput) and limits.must_continue(history):
+        return ContinueAsNew()  # wait in a fresh execution: the inputs still to come fit there
+    return decision
+
+
+def _decide(
+    state: RunState, continue_suggested: bool, history: HistoryGauge | None
+) -> Effect | Ending:
     if state.ending is not None:
         return Finish(result=result(state))
     if state.steering.cancel_reason is not None:
@@ -60,7 +77,7 @@ def decide(state: RunState, continue_suggested: bool) -> Effect | Ending:
                 return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
             return DescribeModel(request=DescribeModelInput(profile=state.spec.model))
         case "thinking":
-            return _thinking(state, continue_suggested)
+            return _thinking(state, continue_suggested, history)
         case "acting":
             return _acting(state)
         case "finished":
@@ -69,7 +86,9 @@ def decide(state: RunState, continue_suggested: bool) -> Effect | Ending:
             assert_never(state.phase)
 
 
-def _thinking(state: RunState, continue_suggested: bool) -> Effect | Ending:
+def _thinking(
+    state: RunState, continue_suggested: bool, history: HistoryGauge | None
+) -> Effect | Ending:
     """A finish awaiting its check, step limit, continue-as-new, compaction, the model call."""
     if state.guards.finish_pending is not None:
         answer, _ = finish_answer(state.guards.finish_pending)
@@ -82,6 +101,8 @@ def _thinking(state: RunState, continue_suggested: bool) -> Effect | Ending:
         return Ending(reason=TerminalReason.MAX_STEPS, error=f"stopped after {state.step} steps")
     segment = state.segment.steps
     if segment >= state.spec.continue_as_new_every or (continue_suggested and segment > 0):
+        return ContinueAsNew()
+    if limits.crowded(history) is not None:
         return ContinueAsNew()
     plan = context.plan(state)
     if plan == "reject":
@@ -146,6 +167,7 @@ def _run_tools(state: RunState) -> RunTools:
                 name=c.name,
                 arguments=turn.approved_args.get(c.id, c.arguments),
                 idempotency_key=f"{state.run_id}/{state.step}/{c.id}",
+                sandbox=state.spec.sandbox if c.name in SANDBOX_TOOLS else None,
             )
             for c in to_run
         ),

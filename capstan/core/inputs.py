@@ -2,9 +2,12 @@
 
 Pure. `check` says why an input would be rejected (the update validators call it, so a rejected
 update writes nothing to history); `apply_input` folds an accepted input, and records a rejected
-signal as a diagnostic instead. Every input is applied at most once per id. An input never moves
-the run's phase: a cancellation is a request the next boundary settles, and a grant of zero steps
-comes back as an `Ending` verdict for the loop to record.
+signal as a diagnostic instead. Every input is applied at most once per id, for the life of the
+run. An input never moves the run's phase: a cancellation is a request the next boundary
+settles, and a grant of zero steps comes back as an `Ending` verdict for the loop to record.
+
+Nothing here holds unbounded text: an input over the bounds of `capstan.core.limits` is refused
+before anything else looks at it, and its diagnostic quotes it only as a short preview.
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import assert_never
 
-from capstan.core import policy
-from capstan.core.content import Text
+from capstan.core import limits, policy
+from capstan.core.content import Text, preview_of
+from capstan.core.limits import APPLIED_IDS, INBOX_MESSAGES, INPUT_NAME_CHARS
 from capstan.core.messages import Message
 from capstan.core.spec import TerminalReason
 from capstan.core.state import (
-    MAX_APPLIED_IDS,
     MAX_DIAGNOSTICS,
     MAX_RECORDS,
     Ending,
@@ -34,22 +37,54 @@ from capstan.core.steering import (
     LiveMessage,
     PauseRequest,
     ResumeRequest,
+    SteeringBase,
     SteeringInput,
     StepGrant,
+    text_fields,
 )
 from capstan.core.tooling import ToolFailed, ToolInfo, ToolSucceeded
 
-__all__ = ["apply_input", "check", "is_duplicate", "note_refused"]
+__all__ = ["apply_input", "check", "is_duplicate", "note_refused", "size_problem"]
+
+#: A diagnostic is cut to this many characters.
+MAX_NOTE_CHARS = 500
 
 
 def is_duplicate(state: RunState, item: SteeringInput) -> bool:
-    return bool(item.id) and item.id in state.steering.applied_ids
+    return bool(item.id) and state.steering.applied(item.id)
+
+
+def size_problem(item: SteeringBase) -> str | None:
+    """Why `item` is too large to travel or be held (`capstan.core.limits`), or None."""
+    texts = text_fields(type(item))
+    for name, value in item:
+        if name in texts:
+            problem = limits.text_problem(name, value)
+        elif isinstance(value, str) and len(value) > INPUT_NAME_CHARS:
+            problem = (
+                f"{name} is {len(value):,} characters (at most {INPUT_NAME_CHARS}); it starts "
+                f"{preview_of(value, 40)!r}"
+            )
+        else:
+            continue
+        if problem is not None:
+            return problem
+    return None
 
 
 def check(state: RunState, item: SteeringInput) -> str | None:
     """Why `item` cannot be applied now, or None."""
+    problem = size_problem(item)
+    if problem is not None:
+        return problem
     if state.terminal is not None:
         return f"the run has already ended ({state.terminal.value})"
+    remembered = len(state.steering.seen)
+    if item.id and remembered >= APPLIED_IDS and not isinstance(item, CancelRequest):
+        return f"the run has applied {remembered:,} inputs, all it can remember; only cancel now"
+    if isinstance(item, LiveMessage) and len(state.steering.inbox) >= INBOX_MESSAGES:
+        # refused until the model has read some: the sender may send it again later
+        return f"the inbox is full: {INBOX_MESSAGES} messages wait for the model; send it later"
     if isinstance(item, Decision):
         return _check_decision(state, item)
     if isinstance(item, Answer) and not any(
@@ -86,7 +121,8 @@ def apply_input(state: RunState, item: SteeringInput) -> tuple[RunState, Ending 
         return state, None
     problem = check(state, item)
     if problem is not None:
-        return note_refused(state, f"ignored {item.kind} {item.id or '(no id)'}: {problem}"), None
+        name = preview_of(item.id, 80) if item.id else "(no id)"
+        return note_refused(state, f"ignored {item.kind} {name}: {problem}"), None
     if isinstance(item, StepGrant) and item.steps == 0:
         ending = Ending(
             reason=TerminalReason.MAX_STEPS,
@@ -97,14 +133,16 @@ def apply_input(state: RunState, item: SteeringInput) -> tuple[RunState, Ending 
 
 
 def _applied(state: RunState, item: SteeringInput) -> RunState:
-    if not item.id:
+    # past the allowance only a cancel gets here: idempotent, it needs no memory
+    if not item.id or len(state.steering.seen) >= APPLIED_IDS:
         return state
-    ids = (*state.steering.applied_ids, item.id)[-MAX_APPLIED_IDS:]
-    return replace(state, steering=replace(state.steering, applied_ids=ids))
+    return replace(state, steering=state.steering.remember(item.id))
 
 
 def note_refused(state: RunState, note: str) -> RunState:
     """Record why an input was not applied, where `status` and the transcript show it."""
+    if len(note) > MAX_NOTE_CHARS:
+        note = note[: MAX_NOTE_CHARS - 1] + "…"
     return replace(state, diagnostics=(*state.diagnostics, note)[-MAX_DIAGNOSTICS:])
 
 
@@ -138,7 +176,7 @@ def _steer(
         case CancelRequest(reason=reason):
             if steering.cancel_reason is not None:
                 return steering
-            return replace(steering, cancel_reason=reason or "cancelled by a user")
+            return replace(steering, cancel_reason=limits.describe(reason or "cancelled by a user"))
         case LiveMessage(text=text, id=mid):
             message = Message(role="user", content=text, origin="live", source_id=mid or None)
             return replace(steering, inbox=(*steering.inbox, message))
@@ -161,7 +199,7 @@ def _decide(state: RunState, d: Decision) -> RunState:
     always = state.steering.always
     executed: Text | None = request.arguments
     if d.action == "deny":
-        reason = d.reason or "no reason given"
+        reason = limits.describe(d.reason or "no reason given")
         decided.append(
             ToolFailed(
                 call_id=request.call_id, failure="denied", error=f"denied by a reviewer: {reason}"
@@ -172,7 +210,7 @@ def _decide(state: RunState, d: Decision) -> RunState:
         assert d.arguments is not None
         executed = d.arguments
         approved[request.call_id] = d.arguments
-        edited[request.call_id] = d.arguments
+        edited[request.call_id] = limits.describe(d.arguments)
     else:
         approved[request.call_id] = request.arguments
         if d.action == "always":

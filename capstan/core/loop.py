@@ -14,7 +14,8 @@ One iteration, in order:
    for is recorded in the state (a requested cancellation, a spent budget, the step limit, a
    request too long for the window), so `status` shows a finished run as finished. A paused run
    waits for `resume`; at the step limit a run that asks for it waits for `grant_steps`; a long
-   segment asks for continue-as-new.
+   segment asks for continue-as-new, and so does a run about to wait when its history nears
+   Temporal's limits (`capstan.core.limits`).
 2. Think: `CallModel` with the conversation head and the messages since then.
 3. Check the turn: a text-only reply completes the run (`text` mode) or gets a bounded nudge
    (`tool` mode); `finish` alone with a valid answer completes the run.
@@ -57,6 +58,7 @@ from capstan.core.effects import (
 from capstan.core.finish import finish_answer
 from capstan.core.gate import expire_requests, gate_turn
 from capstan.core.inputs import apply_input, note_refused
+from capstan.core.limits import HistoryGauge
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.policy import rule_of_two_applies
 from capstan.core.spec import FinishMode, RunSpec, RunStatus, TerminalReason
@@ -110,14 +112,18 @@ def initial_state(spec: RunSpec, run_id: str) -> RunState:
     return RunState(spec=spec, run_id=run_id, conversation=Conversation(pending=pending))
 
 
-def next_effect(state: RunState, *, continue_suggested: bool = False) -> Effect:
+def next_effect(
+    state: RunState, *, continue_suggested: bool = False, history: HistoryGauge | None = None
+) -> Effect:
     """Decide what the run does next. The interpreter performs it and reports the outcome.
 
-    `continue_suggested` is the interpreter's hint that its history is getting long. Only reads:
-    an end the rules call for was recorded by the boundary fold, and deciding on a state where
-    it was not (no `Boundary` folded first) is an interpreter bug.
+    `continue_suggested` is the interpreter's hint that its history is getting long; `history`
+    how full it is (signals, updates, events, bytes), so a waiting run continues as new before
+    Temporal refuses its inputs. Only reads: an end the rules call for was recorded by the
+    boundary fold, and deciding on a state where it was not (no `Boundary` folded first) is an
+    interpreter bug.
     """
-    decision = decide(state, continue_suggested)
+    decision = decide(state, continue_suggested, history)
     if isinstance(decision, Ending):
         raise IllegalTransitionError(
             f"the run must end ({decision.reason.value}) but no fold recorded it: "

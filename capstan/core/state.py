@@ -24,26 +24,25 @@ validates at run time, where an update dict given to `model_copy` accepted any k
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import field, replace
 from datetime import datetime
 
 from pydantic.dataclasses import dataclass
 
 from capstan.core.content import BlobRef, Text
 from capstan.core.guards import Streaks
+from capstan.core.idset import IdSet
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.models import ModelChain, ModelInfo
 from capstan.core.spec import Phase, RunSpec, RunStatus, TerminalReason
 from capstan.core.steering import ApprovalRecord, ApprovalRequest, PendingView, Question
 from capstan.core.tooling import ToolCatalog, ToolOutcome
 
-#: Bounds that keep the carried state small whatever the run length.
-MAX_APPLIED_IDS = 1000
+#: Bounds that keep the carried state small whatever the run length (more in `core.limits`).
 MAX_RECORDS = 200
 MAX_DIAGNOSTICS = 50
 
 __all__ = [
-    "MAX_APPLIED_IDS",
     "MAX_DIAGNOSTICS",
     "MAX_RECORDS",
     "Budget",
@@ -91,14 +90,25 @@ class Turn:
 
 @dataclass(frozen=True)
 class Steering:
-    """What people asked for, bounded and carried across continue-as-new."""
+    """What people asked for, bounded and carried across continue-as-new (the bounds are in
+    `capstan.core.limits`)."""
 
     paused: bool = False
     cancel_reason: str | None = None  # a requested cancellation; the next boundary ends the run
     inbox: tuple[Message, ...] = ()  # live messages, drained before the next model call
     always: tuple[str, ...] = ()  # tools approved for the rest of the run
-    applied_ids: tuple[str, ...] = ()
+    applied_ids: tuple[str, ...] = ()  # the last 1,000 ids, as states before `seen` carried them
     records: tuple[ApprovalRecord, ...] = ()
+    seen: IdSet = field(default_factory=IdSet)  # every id applied, for the life of the run
+
+    def applied(self, item_id: str) -> bool:
+        """Whether an input with this id was applied already."""
+        return item_id in self.seen or item_id in self.applied_ids
+
+    def remember(self, item_id: str) -> Steering:
+        """`item_id` applied (the ids of an older state's `applied_ids` move into `seen`)."""
+        seen = self.seen.with_ids(*self.applied_ids, item_id)
+        return replace(self, seen=seen, applied_ids=())
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,11 @@ class ContextState:
     warned: bool = False
     compactions: int = 0
     model_switches: tuple[str, ...] = ()
+    #: compaction hysteresis (`capstan.core.context.RELIEF`); off only when replaying a run
+    #: recorded before it (the workflow sets it from `COMPACTION_PATCH`)
+    hysteresis: bool = True
+    #: tokens the last compaction could not remove (pinned messages and kept turns)
+    kept_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,10 @@ histories hold), its event in the run's event stream, and its CLI command. The w
 signal and update, the client, history decoding, the event stream and the CLI all read
 `STEERING_TYPES`; adding an input means adding a class to `SteeringPayload`, its fold in
 `capstan.core.inputs`, and its behaviour in the loop, and nothing else.
+
+Free text in an input is `Text`: inline when small, a `BlobRef` into the blob store when large
+(`text_fields` names those fields; the client stores large text before sending, and
+`capstan.core.limits` bounds what may travel inline).
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from capstan.core.content import Text
+from capstan.core.content import BlobRef, Text
+from capstan.core.limits import describe
 
 __all__ = [
     "STEER",
@@ -45,6 +50,7 @@ __all__ = [
     "Wire",
     "by_signal",
     "decode_input",
+    "text_fields",
 ]
 
 #: The one signal and the one (validated) update every steering input travels on.
@@ -104,8 +110,8 @@ class Decision(SteeringBase):
     request_id: str
     args_hash: str
     action: Literal["approve", "deny", "edit", "always"]
-    reason: str = ""
-    arguments: str | None = None
+    reason: Text = ""
+    arguments: Text | None = None
 
 
 class PauseRequest(SteeringBase):
@@ -113,7 +119,7 @@ class PauseRequest(SteeringBase):
     wire: ClassVar[Wire] = Wire(
         signal="pause", event="paused", commands=("pause",), help="pause at the next step boundary"
     )
-    reason: str = ""
+    reason: Text = ""
 
 
 class ResumeRequest(SteeringBase):
@@ -133,7 +139,7 @@ class CancelRequest(SteeringBase):
         commands=("cancel",),
         help="end a run at its next step boundary",
     )
-    reason: str = ""
+    reason: Text = ""
 
 
 class LiveMessage(SteeringBase):
@@ -147,7 +153,7 @@ class LiveMessage(SteeringBase):
         help="send a message the model reads at its next step",
         positional=("text",),
     )
-    text: str
+    text: Text
 
 
 class Answer(SteeringBase):
@@ -162,7 +168,7 @@ class Answer(SteeringBase):
         positional=("request_id", "text"),
     )
     request_id: str
-    text: str
+    text: Text
 
 
 class StepGrant(SteeringBase):
@@ -229,6 +235,22 @@ def decode_input(data: object) -> SteeringPayload:
     return _ADAPTER.validate_python(data)
 
 
+def _holds_refs(annotation: object) -> bool:
+    return BlobRef in get_args(annotation)
+
+
+#: Per input type, its fields of type `Text` (free text that may be large).
+_TEXT_FIELDS: dict[type[SteeringBase], tuple[str, ...]] = {
+    t: tuple(n for n, f in t.model_fields.items() if _holds_refs(f.annotation))
+    for t in STEERING_TYPES
+}
+
+
+def text_fields(kind: type[SteeringBase]) -> tuple[str, ...]:
+    """The fields of `kind` that carry free text: inline when small, a ref when large."""
+    return _TEXT_FIELDS.get(kind, ())
+
+
 class Ack(BaseModel):
     """What an update returns: applied, or ignored as a duplicate."""
 
@@ -264,6 +286,10 @@ class Question(BaseModel):
     expires_at: datetime
 
 
+#: A record keeps this much of a reason.
+RECORD_REASON_CHARS = 500
+
+
 class ApprovalRecord(BaseModel):
     """What happened to an approval request or question, for the transcript and the audit."""
 
@@ -277,6 +303,18 @@ class ApprovalRecord(BaseModel):
     args_hash: str = ""
     executed_arguments: Text | None = None
     reason: str = ""
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _reason_in_words(cls, value: object) -> object:
+        """A reason sent as a ref (a long denial) is kept as its preview and its ref; a long
+        inline one is cut (records are carried by every continue-as-new; the input itself, in
+        history, keeps the whole text)."""
+        if isinstance(value, BlobRef) or (isinstance(value, dict) and value.get("kind") == "ref"):
+            return describe(BlobRef.model_validate(value))
+        if isinstance(value, str) and len(value) > RECORD_REASON_CHARS:
+            return value[: RECORD_REASON_CHARS - 1] + "…"
+        return value
 
 
 class PendingView(BaseModel):

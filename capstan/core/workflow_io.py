@@ -17,6 +17,7 @@ from capstan.core.steering import ApprovalRecord, ApprovalRequest, CancelRequest
 __all__ = [
     "ANNOUNCE_PATCH",
     "CANCEL_IN_FLIGHT_PATCH",
+    "COMPACTION_PATCH",
     "CONTEXT_PATCH",
     "GUARDS_PATCH",
     "REQUESTS_MEMO",
@@ -57,6 +58,11 @@ GUARDS_PATCH = "guards-v1"
 #: as it ends, so `capstan ls` shows and filters it without fetching every result.
 TERMINAL_MEMO_PATCH = "terminal-memo-v1"
 TERMINAL_MEMO = "capstan_terminal_reason"
+
+#: `workflow.patched` id: compaction hysteresis (`capstan.core.context.RELIEF`). A prune that
+#: leaves the request too close to `compact_at` is followed by a summary in the same step. Runs
+#: recorded before it replay with the rule off (`ContextState.hysteresis`).
+COMPACTION_PATCH = "compaction-hysteresis-v1"
 
 
 class AgentInput(BaseModel):
