@@ -1,7 +1,10 @@
 """Provider failures as Temporal application errors: one retry layer, Temporal's.
 
 The type names and their retryability are listed in `capstan.core.model_errors`. `retry-after` and
-`retry-after-ms` become `next_retry_delay` (capped). Error text is scrubbed of key material.
+`retry-after-ms` become `next_retry_delay` (capped). Error text is scrubbed here of the
+profile's own key and of key shapes; every error then leaves the model activities through
+`capstan.activities.providers.secrets.Scrubber.exit`, which removes every key the worker holds in
+any encoding.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ __all__ = [
     "error_for_response",
     "error_for_transport",
     "malformed",
+    "redact_keylike",
     "scrub",
     "stream_cut",
 ]
@@ -34,12 +38,17 @@ _OVERFLOW = re.compile(
 _FILTER = re.compile(r"content_filter|content_policy|safety system", re.IGNORECASE)
 
 
+def redact_keylike(text: str) -> str:
+    """`text` with anything shaped like a key or a bearer token redacted."""
+    return _KEYLIKE.sub("[redacted]", text)
+
+
 def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
     """Remove secrets and anything shaped like a key from provider text."""
     for secret in secrets:
         if secret:
             text = text.replace(secret, "[redacted]")
-    return _KEYLIKE.sub("[redacted]", text)[:600]
+    return redact_keylike(text)[:600]
 
 
 def _retry_after(response: httpx.Response) -> timedelta | None:

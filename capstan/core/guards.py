@@ -8,7 +8,12 @@ Pure. Thresholds come from `RunSpec.guards` (defaults from the best executors):
 | `truncated_tool_calls` | cut-off replies (output limit) carrying tool calls, in a row | no | 3 |
 | `argument_errors` | one tool's calls with arguments that fail to parse, in a row | no | 3 |
 | `fruitless_calls` | tool results of 48 characters or fewer, in a row | 5 | 8 |
-| `similar_results` | one tool, varied arguments, result lengths within 128 of the last | 8 | 12 |
+| `similar_results` | one tool, varied arguments, nearly the same result as the last | 8 | 12 |
+
+"Nearly the same" is judged by content (`capstan.core.resemblance`): at least 75% of the result's
+shingles shared with the last one, after the call's own argument values are cut out, and a
+length within 128 of it. Results large enough to be blobs count only when identical. A batch job
+over many different files of one size is not a loop; the same answer to varied questions is.
 
 Abort ends the run `circuit_breaker` with the breaker's name. Turn quality (empty replies,
 reasoning only, tool-call syntax printed as text) gets a bounded corrective nudge.
@@ -26,6 +31,7 @@ from pydantic.dataclasses import dataclass
 from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, ToolCall
 from capstan.core.policy import canonical_arguments
+from capstan.core.resemblance import NEAR_SAME, Sketch, digest_sketch, resemblance, sketch_of
 from capstan.core.tooling import ToolFailed, ToolOutcome
 
 __all__ = [
@@ -65,6 +71,8 @@ class Streaks:
     similar: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     nudged: tuple[str, ...] = ()
     succeeded: tuple[str, ...] = ()
+    # tool -> the content sketch of its last result (absent in state carried from before it)
+    sketches: dict[str, Sketch] = field(default_factory=dict)
 
 
 def _text_of(text: Text | None) -> str:
@@ -126,6 +134,48 @@ def _length(outcome: ToolOutcome) -> int:
     return outcome.output.size if isinstance(outcome.output, BlobRef) else len(outcome.output)
 
 
+def _argument_values(arguments: Text) -> list[str]:
+    """Every string value in a call's JSON arguments (what a result may echo back)."""
+    if isinstance(arguments, BlobRef):
+        return []
+    try:
+        pending: list[object] = [json.loads(arguments or "{}")]
+    except json.JSONDecodeError:
+        return [arguments]
+    values: list[str] = []
+    while pending:
+        value = pending.pop()
+        if isinstance(value, str):
+            values.append(value)
+        elif isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return values
+
+
+def _sketch(call: ToolCall, outcome: ToolOutcome) -> Sketch:
+    if isinstance(outcome, ToolFailed):
+        return sketch_of(f"{outcome.failure}: {outcome.error}", _argument_values(call.arguments))
+    if isinstance(outcome.output, BlobRef):
+        return digest_sketch(outcome.output.sha256)
+    return sketch_of(outcome.output, _argument_values(call.arguments))
+
+
+def _similar_streak(
+    last: tuple[str, int, int] | None,
+    last_sketch: Sketch | None,
+    current: tuple[str, int, Sketch],
+    window: int,
+) -> int:
+    """The similar-results streak of one tool after a result (`current`: its canonical
+    arguments, length and sketch): it grows while varied arguments give nearly the same result."""
+    args, size, sketch = current
+    if last is None or last_sketch is None or last[0] == args or abs(last[1] - size) > window:
+        return 1
+    return last[2] + 1 if resemblance(last_sketch, sketch) >= NEAR_SAME else 1
+
+
 def after_tools(
     guard: Streaks,
     calls: tuple[ToolCall, ...],
@@ -137,6 +187,7 @@ def after_tools(
     fruitless = guard.fruitless
     errors = dict(guard.argument_errors)
     similar = dict(guard.similar)
+    sketches = dict(guard.sketches)
     succeeded = list(guard.succeeded)
     for call in calls:
         outcome = outcomes.get(call.id)
@@ -148,12 +199,12 @@ def after_tools(
         fruitless = fruitless + 1 if size <= fruitless_chars else 0
         bad_arguments = isinstance(outcome, ToolFailed) and outcome.failure == "invalid_arguments"
         errors[call.name] = errors.get(call.name, 0) + 1 if bad_arguments else 0
-        args = canonical_arguments(call.arguments)
-        last = similar.get(call.name)
-        if last is not None and last[0] != args and abs(last[1] - size) <= similar_window:
-            similar[call.name] = (args, size, last[2] + 1)
-        else:
-            similar[call.name] = (args, size, 1)
+        args, sketch = canonical_arguments(call.arguments), _sketch(call, outcome)
+        streak = _similar_streak(
+            similar.get(call.name), sketches.get(call.name), (args, size, sketch), similar_window
+        )
+        similar[call.name] = (args, size, streak)
+        sketches[call.name] = sketch
     streaks = {
         "fruitless_calls": fruitless,
         "argument_errors": max(errors.values(), default=0),
@@ -165,6 +216,7 @@ def after_tools(
         fruitless=fruitless,
         argument_errors=errors,
         similar=similar,
+        sketches=sketches,
         nudged=nudged,
         succeeded=tuple(succeeded),
     )

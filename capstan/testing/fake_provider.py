@@ -55,13 +55,15 @@ class Reply:
 @dataclass(frozen=True)
 class Fault:
     """For the first `times` attempts of a step: answer with `status` and `body`, or, with
-    `cut`, start a streamed reply and break the connection half-way."""
+    `cut`, start a streamed reply and break the connection half-way, or, with `events`, stream
+    exactly these server-sent events (`(event name or None, data)`: garbage, an error event)."""
 
     status: int = 500
     body: str = '{"error": {"message": "scripted fault"}}'
     headers: tuple[tuple[str, str], ...] = ()
     times: int = 1
     cut: bool = False
+    events: tuple[tuple[str | None, str], ...] = ()
 
 
 def call(tool: str, /, **arguments: Any) -> tuple[str, dict[str, Any]]:
@@ -143,6 +145,8 @@ class FakeProvider:
             self._seen.notify_all()
         fault = self.faults.get(step)
         stream = bool(body.get("stream"))
+        if fault is not None and attempt < fault.times and fault.events:
+            return _Answer(200, dict(fault.headers), b"", events=list(fault.events))
         if fault is not None and attempt < fault.times and not fault.cut:
             return _Answer(fault.status, dict(fault.headers), fault.body.encode())
         reply = self._scripted(step, messages)
