@@ -18,6 +18,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.audit.history import Entry, decode_history, first_run_id
+from capstan.runtime.codec import decrypt_events
 
 __all__ = ["HistoryFollower"]
 
@@ -93,6 +94,7 @@ class HistoryFollower:
         self._token = response.next_page_token
         seen = self._events[-1].event_id if self._events else 0
         new = [e for e in response.history.events if e.event_id > seen]
+        await decrypt_events(new, self.client.data_converter)
         if not new:
             return False
         self._events.extend(new)

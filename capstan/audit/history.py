@@ -21,6 +21,7 @@ from capstan.core.activity_table import ACTIVITIES
 from capstan.core.spec import RunResult
 from capstan.core.steering import STEER, SteeringInput, by_signal
 from capstan.core.workflow_io import REQUESTS_MEMO, AgentInput, OpenRequests
+from capstan.runtime.codec import decrypt_history
 
 __all__ = ["Entry", "decode_history", "load_histories"]
 
@@ -251,7 +252,9 @@ async def load_histories(
     while run_id:
         cached = closed.get(run_id) if closed is not None else None
         if cached is None:
-            cached = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+            fetched = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+            # encrypted payloads (a codec) are decrypted with the client's keys, once
+            cached = await decrypt_history(fetched, client.data_converter)
         last = cached.events[-1] if cached.events else None
         if closed is not None and last is not None and last.event_type in _CLOSING:
             closed[run_id] = cached

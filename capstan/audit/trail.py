@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from capstan.audit.history import Entry
 from capstan.core.activity_table import ActivityName
 from capstan.core.content import BlobRef, Text
-from capstan.runtime.blobstore import BlobError, BlobStoreMissingError, ContentStore
+from capstan.runtime.blobstore import BlobError, BlobStoreError, ContentStore
 
 __all__ = ["build_trail", "canonical", "verify_chain"]
 
@@ -42,8 +42,8 @@ class _Builder:
             return value
         try:
             return self.content.resolve(value)
-        except BlobStoreMissingError:
-            raise  # a wrong data directory, not tampering: the caller says so in one line
+        except BlobStoreError:
+            raise  # a wrong data directory or a store that refuses us: one line, not tampering
         except BlobError as exc:
             self._bad.append(f"blob {value.sha256}: {exc}")
             return f"[blob {value.sha256} unavailable: {exc}]"
@@ -53,8 +53,8 @@ class _Builder:
             return
         try:
             self.content.read_bytes(ref.sha256)
-        except BlobStoreMissingError:
-            raise
+        except BlobStoreError:
+            raise  # the store is missing or refuses us: one line, not one issue per blob
         except BlobError as exc:
             self._bad.append(f"blob {ref.sha256}: {exc}")
         else:

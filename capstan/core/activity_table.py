@@ -66,7 +66,10 @@ class ActivityDef:
     options: Callable[[ActivityTuning, float | None], ActivityOptions]
 
 
-_MODEL_NON_RETRYABLE = tuple(sorted(NON_RETRYABLE))
+#: A blob store that refuses us, is missing or cannot decrypt will not heal by retrying: the
+#: run ends with the one-line reason at once (a missing single blob stays retryable).
+STORE_FAILURES = ("BlobAccessError", "BlobStoreMissingError", "BlobKeyError")
+_MODEL_NON_RETRYABLE = (*sorted(NON_RETRYABLE), *STORE_FAILURES)
 
 
 def _model(tuning: ActivityTuning, _: float | None) -> ActivityOptions:
@@ -85,6 +88,7 @@ def _tool(tuning: ActivityTuning, timeout: float | None) -> ActivityOptions:
         start_to_close=timeout or tuning.tool_default_timeout,
         heartbeat=tuning.tool_heartbeat,
         max_attempts=tuning.tool_max_attempts,
+        non_retryable=STORE_FAILURES,
     )
 
 
@@ -100,7 +104,7 @@ ACTIVITIES: dict[ActivityName, ActivityDef] = {
             ActivityName.LIST_TOOLS,
             ListToolsInput,
             ToolCatalog,
-            _fixed(start_to_close=30, max_attempts=5),
+            _fixed(start_to_close=30, max_attempts=5, non_retryable=STORE_FAILURES),
         ),
         ActivityDef(
             ActivityName.DESCRIBE_MODEL,
@@ -114,7 +118,7 @@ ACTIVITIES: dict[ActivityName, ActivityDef] = {
             ActivityName.CHECK_FINISH,
             CheckFinishInput,
             FinishVerdict,
-            _fixed(start_to_close=60, max_attempts=3),
+            _fixed(start_to_close=60, max_attempts=3, non_retryable=STORE_FAILURES),
         ),
         ActivityDef(ActivityName.RUN_TOOL, RunToolInput, ToolOutcome, _tool),
     )

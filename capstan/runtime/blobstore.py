@@ -2,7 +2,14 @@
 
 Activities write blobs; the client reads them to resolve transcripts and audits. Every read
 verifies the hash, so a missing or altered blob is an error, never silently wrong content.
-`LocalBlobStore` is the embedded default; anything with `put`/`get` (S3, Postgres) can replace it.
+`LocalBlobStore` is the embedded default; `S3BlobStore` (`capstan.runtime.s3`) is the shared
+one, behind a bounded local read-through cache (`capstan.runtime.blob_cache`); the factory
+`capstan.runtime.blobs.blob_store_for(settings)` picks one, for workers and clients alike.
+
+A blob is named by the sha256 of its plaintext. With a keyring (`capstan.runtime.codec`) the
+stored bytes are an AES-GCM envelope bound to that name; reading decrypts, then verifies the
+hash. Blobs written before encryption was turned on stay readable (their bytes hash to their
+name), and a sealed blob read without its key is a `BlobKeyError`, never ciphertext.
 
 This is an edge module (file IO); the pure core only ever sees `BlobRef`.
 """
@@ -12,31 +19,45 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from capstan.core.content import INLINE_LIMIT_BYTES, BlobRef, Text, preview_of
+from capstan.runtime.codec import CodecError, Keyring, blob_key_id, is_sealed_blob
 
 __all__ = [
+    "BlobAccessError",
     "BlobError",
     "BlobIntegrityError",
+    "BlobKeyError",
     "BlobNotFoundError",
     "BlobStore",
+    "BlobStoreError",
     "BlobStoreMissingError",
+    "BlobUnavailableError",
     "ContentStore",
     "LocalBlobStore",
+    "check_digest",
+    "seal",
+    "unseal_verified",
 ]
 
 
 class BlobError(Exception):
-    """Base of blob store errors.
+    """Base of blob store errors; each message is one line naming the blob and the store.
 
     BlobError
     ├── BlobNotFoundError   the hash is not in the store
-    │   └── BlobStoreMissingError  there is no store at all where one was expected
-    └── BlobIntegrityError  the stored bytes do not hash to their name
+    │   └── BlobStoreMissingError  there is no store at all where one was expected (no
+    │                              directory, no bucket); also a BlobStoreError
+    ├── BlobIntegrityError  the stored bytes do not hash to their name
+    ├── BlobKeyError        the blob is encrypted and no configured key opens it
+    └── BlobStoreError      the store itself cannot be used: no blob's fault, not tampering
+        ├── BlobAccessError       the store refused the credentials (until they change)
+        └── BlobUnavailableError  the store did not answer, after retries (transient)
     """
 
 
@@ -44,12 +65,28 @@ class BlobNotFoundError(BlobError):
     pass
 
 
-class BlobStoreMissingError(BlobNotFoundError):
-    """The store itself is missing (a wrong data directory), which is not tampering."""
+class BlobStoreError(BlobError):
+    """The store as a whole cannot be used (configuration, credentials, network)."""
+
+
+class BlobStoreMissingError(BlobNotFoundError, BlobStoreError):
+    """The store itself is missing (a wrong data directory or bucket), which is not tampering."""
 
 
 class BlobIntegrityError(BlobError):
     pass
+
+
+class BlobKeyError(BlobError):
+    """An encrypted blob with no key to open it, or the wrong key under its key id."""
+
+
+class BlobAccessError(BlobStoreError):
+    """Credentials missing, wrong or not allowed to read or write the store."""
+
+
+class BlobUnavailableError(BlobStoreError):
+    """The store could not be reached or kept failing; worth retrying later."""
 
 
 class BlobStore(Protocol):
@@ -64,15 +101,47 @@ class BlobStore(Protocol):
         ...
 
 
-class LocalBlobStore:
-    """Blobs as files `<root>/<aa>/<rest of hash>`, written atomically."""
+def check_digest(sha256: str) -> str:
+    """`sha256` if it is a lowercase hex digest; a name from outside never becomes a path."""
+    if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
+        raise BlobNotFoundError(f"not a sha256 digest: {sha256[:80]!r}")
+    return sha256
 
-    def __init__(self, root: Path) -> None:
+
+def seal(data: bytes, sha256: str, keyring: Keyring | None) -> bytes:
+    """The bytes to store for `data` (named `sha256`): an envelope with a keyring, else `data`."""
+    return keyring.seal_blob(data, sha256) if keyring is not None else data
+
+
+def unseal_verified(stored: bytes, sha256: str, keyring: Keyring | None, where: str) -> bytes:
+    """The plaintext of stored bytes, verified against their name."""
+    if hashlib.sha256(stored).hexdigest() == sha256:
+        return stored  # plaintext: written without encryption, still authentic
+    if is_sealed_blob(stored):
+        if keyring is None:
+            key_id, _ = blob_key_id(stored)
+            raise BlobKeyError(
+                f"blob {sha256} in {where} is encrypted (key id {key_id!r}) and no key is "
+                "configured: set CAPSTAN_CODEC_KEYS or CAPSTAN_CODEC_KEY_FILE"
+            )
+        try:
+            data = keyring.open_blob(stored, sha256)
+        except CodecError as exc:
+            raise BlobKeyError(f"{exc} (in {where})") from None
+        if hashlib.sha256(data).hexdigest() == sha256:
+            return data
+    raise BlobIntegrityError(f"blob {sha256} was altered: its content no longer matches")
+
+
+class LocalBlobStore:
+    """Blobs as files `<root>/<aa>/<rest of hash>`, written atomically (sealed with a keyring)."""
+
+    def __init__(self, root: Path, keyring: Keyring | None = None) -> None:
         self.root = root  # created by the first write: a reader never makes directories
+        self.keyring = keyring
 
     def _path(self, sha256: str) -> Path:
-        if len(sha256) != 64 or any(c not in "0123456789abcdef" for c in sha256):
-            raise BlobNotFoundError(f"not a sha256 digest: {sha256[:80]!r}")
+        check_digest(sha256)
         return self.root / sha256[:2] / sha256[2:]
 
     def put(self, data: bytes) -> str:
@@ -80,32 +149,36 @@ class LocalBlobStore:
         path = self._path(digest)
         if path.exists():
             return digest
+        self.write(path, seal(data, digest, self.keyring))
+        return digest
+
+    @staticmethod
+    def write(path: Path, stored: bytes) -> None:
+        """Write `stored` to `path` atomically (a reader sees all of it or nothing)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                fh.write(stored)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return digest
 
     def get(self, sha256: str) -> bytes:
         path = self._path(sha256)
         try:
-            data = path.read_bytes()
+            stored = path.read_bytes()
         except FileNotFoundError:
             if not self.root.is_dir():
                 raise BlobStoreMissingError(f"blob store not found at {self.root}") from None
             raise BlobNotFoundError(f"blob {sha256} is missing from {self.root}") from None
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise BlobIntegrityError(f"blob {sha256} was altered: its content no longer matches")
-        return data
+        return unseal_verified(stored, sha256, self.keyring, str(self.root))
 
 
 class ContentStore:
-    """Turns text into `Text` (inline or ref) and back, with a small read cache.
+    """Turns text into `Text` (inline or ref) and back, with a small in-memory read cache
+    (bounded in entries and in bytes; safe to use from several threads).
 
     Example::
 
@@ -120,12 +193,16 @@ class ContentStore:
         count_tokens: Callable[[str], int] | None = None,
         inline_limit: int = INLINE_LIMIT_BYTES,
         cache_entries: int = 512,
+        cache_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.blobs = blobs
         self.count_tokens = count_tokens or (lambda s: (len(s) + 3) // 4)
         self.inline_limit = inline_limit
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_entries = cache_entries
+        self._cache_bytes = cache_bytes
+        self._cached_bytes = 0
+        self._lock = threading.Lock()
 
     def store_text(self, text: str) -> Text:
         """Inline when small, otherwise written to the store and referenced."""
@@ -147,10 +224,11 @@ class ContentStore:
         )
 
     def read_bytes(self, sha256: str) -> bytes:
-        cached = self._cache.get(sha256)
-        if cached is not None:
-            self._cache.move_to_end(sha256)
-            return cached
+        with self._lock:
+            cached = self._cache.get(sha256)
+            if cached is not None:
+                self._cache.move_to_end(sha256)
+                return cached
         data = self.blobs.get(sha256)
         self._remember(sha256, data)
         return data
@@ -162,7 +240,15 @@ class ContentStore:
         return self.read_bytes(text.sha256).decode("utf-8")
 
     def _remember(self, digest: str, data: bytes) -> None:
-        self._cache[digest] = data
-        self._cache.move_to_end(digest)
-        while len(self._cache) > self._cache_entries:
-            self._cache.popitem(last=False)
+        if len(data) > self._cache_bytes:
+            return
+        with self._lock:
+            if digest not in self._cache:
+                self._cached_bytes += len(data)
+            self._cache[digest] = data
+            self._cache.move_to_end(digest)
+            while self._cache and (
+                len(self._cache) > self._cache_entries or self._cached_bytes > self._cache_bytes
+            ):
+                _, dropped = self._cache.popitem(last=False)
+                self._cached_bytes -= len(dropped)

@@ -1,0 +1,79 @@
+"""Worker processes for the benchmarks that kill or weigh one: Capstan's and the bare floor's."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from capstan.runtime.config import Settings
+
+__all__ = ["ROOT", "bare_worker", "capstan_worker", "kill", "polling", "rss_bytes", "stop", "until"]
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def capstan_worker(settings: Settings, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    full = {
+        **os.environ,
+        **env,
+        "TEMPORAL_ADDRESS": settings.address,
+        "CAPSTAN_TASK_QUEUE": settings.task_queue,
+        "CAPSTAN_DATA_DIR": str(settings.data_dir),
+        "CAPSTAN_TOOLS": "tests.sample_tools",
+        "PYTHONPATH": str(ROOT),
+    }
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, str(ROOT / "worker.py")], env=full, cwd=ROOT, stdout=out, stderr=out
+        )
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+
+
+async def until(check: Callable[[], bool], timeout: float = 60.0, every: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the bench waited too long")
+        await asyncio.sleep(every)
+
+
+async def polling(log: Path, timeout: float = 60.0) -> None:
+    """Until a Capstan worker writing `log` says it polls its task queue."""
+    await until(lambda: log.exists() and b"worker polling" in log.read_bytes(), timeout)
+
+
+def bare_worker(address: str, queue: str, marks: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, "BENCH_TASK_QUEUE": queue}
+    env["BENCH_MARKS"] = str(marks)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "bare_worker.py")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (Linux)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
