@@ -20,6 +20,7 @@ __all__ = [
     "ToolFailed",
     "ToolFailure",
     "ToolInfo",
+    "ToolOrigin",
     "ToolOutcome",
     "ToolSpec",
     "ToolSucceeded",
@@ -28,6 +29,19 @@ __all__ = [
 FINISH_TOOL = "finish"
 ASK_USER_TOOL = "ask_user"
 READ_RESULT_TOOL = "read_result"
+
+
+class ToolOrigin(BaseModel):
+    """Where a tool comes from when the worker does not run it itself: an MCP server, the tool's
+    name there and the annotations it declared (`readOnlyHint`, `destructiveHint`, ...), as
+    listed when the run started."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["mcp"] = "mcp"
+    server: str
+    name: str
+    annotations: dict[str, Any] = {}
 
 
 class ToolSpec(BaseModel):
@@ -42,6 +56,7 @@ class ToolSpec(BaseModel):
     timeout_seconds: float | None = None
     untrusted_output: bool = False
     sensitive: bool = False
+    origin: ToolOrigin | None = None
 
 
 class ToolInfo(BaseModel):
@@ -72,6 +87,8 @@ class ToolCatalog(BaseModel):
     tools: dict[str, ToolInfo] = {}
     #: the worker has a finish guard hook (`CAPSTAN_FINISH_GUARD`): finishes are checked by it
     finish_hook: bool = False
+    #: what the listing could not offer (an MCP server that was down), for status and audit
+    diagnostics: tuple[str, ...] = ()
 
     def timeout_for(self, name: str, default: float) -> float:
         return self.timeouts.get(name, default)
