@@ -2,7 +2,11 @@
 
 `run_tool` never fails for a tool's own reasons: an unknown tool, arguments that fail the schema
 and exceptions raised by the tool all come back as `ToolFailed`, which the model sees. Only
-infrastructure trouble (a killed worker, a timeout) is left to Temporal's retries.
+infrastructure trouble (a killed worker, a timeout, an MCP server whose connection broke) is
+left to Temporal's retries.
+
+Tools come from the registry (builtins and the user's) and from MCP servers (`McpTools`); both
+end up in one catalog, and a call is routed by name (`<server>__<tool>` is an MCP tool).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from capstan.activities.heartbeat import with_heartbeat
+from capstan.activities.tools.mcp import McpBrokenError, McpListing, McpRequiredError, McpTools
 from capstan.activities.tools.registry import ToolContext, ToolRegistry
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.core.activity_table import ActivityName
@@ -48,8 +54,10 @@ class ToolActivities:
         *,
         telemetry: Instruments | None = None,
         finish_guard: FinishGuard | None = None,
+        mcp: McpTools | None = None,
     ) -> None:
         self.telemetry = telemetry or Instruments()
+        self.mcp = mcp
         self.finish_guard = finish_guard
         self.registry = registry
         self.content = content
@@ -60,17 +68,32 @@ class ToolActivities:
     @activity.defn(name=ActivityName.LIST_TOOLS.value)
     async def list_tools(self, request: ListToolsInput) -> ToolCatalog:
         specs = self.registry.specs(request.allowed)
+        listing = await self._mcp_listing(request.allowed)
+        specs += listing.specs
         data = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True)
         ref = await asyncio.to_thread(self.content.store_bytes, data.encode("utf-8"))
         timeouts = {s.name: s.timeout_seconds for s in specs if s.timeout_seconds}
-        infos = {s.name: self._info(s) for s in specs}
+        infos = {s.name: self._info(s, listing.rules.get(s.name)) for s in specs}
         return ToolCatalog(
             names=tuple(s.name for s in specs),
             timeouts=timeouts,
             specs_ref=ref,
             tools=infos,
             finish_hook=self.finish_guard is not None,
+            diagnostics=tuple(listing.diagnostics),
         )
+
+    async def _mcp_listing(self, allowed: tuple[str, ...] | None) -> McpListing:
+        """The MCP servers' tools for this run; a server the run needs but cannot have fails
+        the listing (for good when a retry cannot help), and so the run, with the reason."""
+        if self.mcp is None:
+            return McpListing()
+        try:
+            return await self.mcp.listing(allowed)
+        except McpRequiredError as exc:
+            raise ApplicationError(
+                str(exc), type="McpServerRequired", non_retryable=exc.permanent
+            ) from None
 
     @activity.defn(name=ActivityName.CHECK_FINISH.value)
     async def check_finish(self, request: CheckFinishInput) -> FinishVerdict:
@@ -81,15 +104,18 @@ class ToolActivities:
         refusal = await self.finish_guard(answer, request.run_id, request.step)
         return FinishVerdict(refusal=refusal or None)
 
-    def _info(self, spec: ToolSpec) -> ToolInfo:
+    def _info(self, spec: ToolSpec, source_rule: ToolRule | None = None) -> ToolInfo:
+        """The gate's view of `spec`; the worker's policy file wins over the tool source's rule
+        (an MCP server's `[servers.X.tools.Y]`)."""
         rule = self.policy.get(spec.name, ToolRule())
+        base = source_rule or ToolRule()
         return ToolInfo(
             read_only=spec.read_only,
             untrusted_output=spec.untrusted_output,
             sensitive=spec.sensitive,
             parameters=spec.parameters,
-            policy=rule.decision,
-            deny_arguments=rule.deny_arguments,
+            policy=rule.decision or base.decision,
+            deny_arguments={**base.deny_arguments, **rule.deny_arguments},
         )
 
     @activity.defn(name=ActivityName.RUN_TOOL.value)
@@ -115,6 +141,11 @@ class ToolActivities:
         return outcome
 
     async def _run(self, request: RunToolInput) -> ToolSucceeded | ToolFailed:
+        if self.mcp is not None and self.mcp.owns(request.name):
+            try:
+                return await self.mcp.call(request)
+            except McpBrokenError as exc:  # retried by Temporal on a fresh connection
+                raise ApplicationError(str(exc), type="McpServerBroken") from None
         call_id = request.call_id
         found = self.registry.get(request.name)
         if found is None:
@@ -142,6 +173,7 @@ class ToolActivities:
                 idempotency_key=request.idempotency_key,
                 workspace=self.workspace,
                 content=self.content,
+                sandbox=request.sandbox,
             )
         try:
             result = await with_heartbeat(found.fn(**kwargs))

@@ -1,4 +1,5 @@
-"""The builtin tools: file access confined to the workspace, and paging through large results.
+"""The builtin tools: file access confined to the workspace, paging through large results, and
+(with a working jail, `sandbox.py`) running shell and Python code.
 
 `finish` is offered to the model here as a spec only: the pure loop handles it, no activity
 ever runs it.
@@ -8,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 
+from capstan.activities.tools.jail import Jail
 from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
+from capstan.activities.tools.sandbox import sandbox_tools
 from capstan.activities.tools.workspace import Entry, Workspace
 from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
 
-__all__ = ["ASK_USER_SPEC", "BUILTIN_TOOLS", "FINISH_SPEC", "LOOP_TOOL_SPECS"]
+__all__ = ["ASK_USER_SPEC", "BUILTIN_TOOLS", "FINISH_SPEC", "LOOP_TOOL_SPECS", "builtin_tools"]
 
 FINISH_SPEC = ToolSpec(
     name=FINISH_TOOL,
@@ -123,3 +126,8 @@ async def read_result(ctx: ToolContext, ref: str, offset: int = 0, limit: int = 
 
 
 BUILTIN_TOOLS: list[ToolFunction] = [read_file, write_file, list_dir, read_result]
+
+
+def builtin_tools(jail: Jail | None = None) -> list[ToolFunction]:
+    """The builtins, with `run_shell` / `run_python` when the worker has a working jail."""
+    return [*BUILTIN_TOOLS, *(sandbox_tools(jail) if jail is not None else [])]

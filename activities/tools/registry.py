@@ -27,6 +27,7 @@ from typing import Any, TypeVar, get_type_hints, overload
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from capstan.core.spec import SandboxLimits
 from capstan.core.tooling import FINISH_TOOL, ToolSpec
 from capstan.runtime.blobstore import ContentStore
 
@@ -45,6 +46,8 @@ class ToolContext:
     idempotency_key: str
     workspace: Path
     content: ContentStore
+    #: the run's limits, given to the sandbox tools (`run_shell`, `run_python`) only
+    sandbox: SandboxLimits | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,10 @@ class ToolRegistry:
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        """Every registered name, loop tools included."""
+        return [*self._extra_specs, *self._tools]
 
     def specs(self, allowed: Iterable[str] | None = None) -> list[ToolSpec]:
         """Specs in a stable order; `allowed` filters everything but `finish`, always offered."""

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 
 from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, Usage
+from capstan.core.spec import SandboxLimits
 
 __all__ = [
     "CallModelInput",
@@ -81,6 +82,8 @@ class RunToolInput(BaseModel):
     name: str
     arguments: Text
     idempotency_key: str
+    #: the run's limits, for the sandbox tools only (`SANDBOX_TOOLS`)
+    sandbox: SandboxLimits | None = None
 
 
 class DescribeModelInput(BaseModel):
@@ -118,6 +121,9 @@ class CompactResult(BaseModel):
     pruned: int = 0
     summarized: int = 0
     nudge: str | None = None
+    #: tokens no compaction of this conversation can remove: the pinned messages and the
+    #: last `keep_turns` turns (0: not reported)
+    kept_tokens: int = 0
 
 
 class CheckFinishInput(BaseModel):
