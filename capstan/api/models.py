@@ -1,0 +1,78 @@
+"""The HTTP API's own request and response bodies.
+
+Everything else the API returns is the CLI's `--json` shape, from the same models: `RunStatus`,
+`PendingView`, `StepView`, `RunSummary`, `RunEvent`. Fields are only ever added.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ApproveBody",
+    "AuditCheck",
+    "DenyBody",
+    "StartedRun",
+    "SteerResult",
+    "Whoami",
+]
+
+InputId = Field("", max_length=200, description="input id: the same id twice is applied once")
+
+
+class StartedRun(BaseModel):
+    """`capstan run --json`."""
+
+    run_id: str
+
+
+class SteerResult(BaseModel):
+    """What a steering request did: sent as a signal (applied at the run's next step
+    boundary), or applied / ignored as a duplicate by the validated update."""
+
+    run_id: str
+    input: str
+    id: str
+    delivery: Literal["signal", "update"]
+    applied: bool | None = None
+    detail: str = ""
+
+
+class ApproveBody(BaseModel):
+    """Approve the open request (`capstan approve`): as it is, with edited `arguments`
+    (re-validated against the tool's schema), or `always` for the rest of the run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str | None = Field(None, max_length=1200, description="default: the only one")
+    args_hash: str | None = Field(None, max_length=128, description="the hash you were shown")
+    arguments: dict[str, Any] | None = Field(None, description="run with these arguments")
+    always: bool = False
+    reason: str = Field("", max_length=10_000)
+    id: str = InputId
+
+
+class DenyBody(BaseModel):
+    """Deny the open request (`capstan deny`); the reason is what the model sees."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str | None = Field(None, max_length=1200, description="default: the only one")
+    args_hash: str | None = Field(None, max_length=128)
+    reason: str = Field(min_length=1, max_length=10_000)
+    id: str = InputId
+
+
+class Whoami(BaseModel):
+    identity: str
+    tenant: str
+    scopes: list[str]
+
+
+class AuditCheck(BaseModel):
+    """`capstan audit --verify`: every blob re-hashed and the record chain checked."""
+
+    records: int
+    problems: list[str]

@@ -1,0 +1,173 @@
+"""REST routes for reading and starting runs: what `capstan run/ls/status/transcript/pending/
+audit/watch` do, with their `--json` shapes. Steering routes are in `capstan.api.steer_routes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Header, Path, Query
+from fastapi.responses import Response, StreamingResponse
+from temporalio.service import RPCError
+
+from capstan.api.auth import Principal, Scope, require
+from capstan.api.backend import api_settings, tenancy, writer
+from capstan.api.errors import ERROR_RESPONSES, ApiError
+from capstan.api.models import AuditCheck, StartedRun, Whoami
+from capstan.api.settings import ApiSettings
+from capstan.api.stream import run_stream
+from capstan.api.tenancy import RUN_ID_PATTERN, Tenancy
+from capstan.audit.history import decode_history, load_histories
+from capstan.audit.render import render_trail
+from capstan.audit.trail import build_trail, verify_chain
+from capstan.client.runs import CapstanError, RunSummary
+from capstan.client.transcript import StepView, build_transcript
+from capstan.core.spec import RunSpec, RunStatus, TerminalReason
+from capstan.core.steering import PendingView
+
+__all__ = ["RunIdPath", "router"]
+
+RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN, max_length=200)]
+Reader = Annotated[Principal, Depends(require(Scope.READ))]
+Runs = Annotated[Tenancy, Depends(tenancy)]
+
+router = APIRouter(prefix="/api", responses=ERROR_RESPONSES)
+
+_AUDIT_TYPES = {
+    "jsonl": "application/x-ndjson",
+    "md": "text/markdown; charset=utf-8",
+    "html": "text/html; charset=utf-8",
+}
+
+
+class EventStreamResponse(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+def _weakened(spec: RunSpec) -> list[str]:
+    """The parts of a spec that let tools run without a human: they need `admin`."""
+    found = [name for name in ("auto_approve", "waive_rule_of_two") if getattr(spec, name)]
+    found += [
+        f"tool_policy.{tool}" for tool, rule in spec.tool_policy.items() if rule.decision == "allow"
+    ]
+    return found
+
+
+@router.get("/whoami", response_model=Whoami, tags=["auth"])
+async def whoami(principal: Reader) -> Whoami:
+    """The identity, tenant and scopes of the calling token."""
+    scopes = sorted(s.value for s in principal.scopes)
+    return Whoami(identity=principal.identity, tenant=principal.tenant, scopes=scopes)
+
+
+@router.post("/runs", response_model=StartedRun, status_code=201, tags=["runs"])
+async def start_run(
+    spec: RunSpec, runs: Runs, principal: Annotated[Principal, Depends(writer(Scope.STEER))]
+) -> StartedRun:
+    """Start a run (`capstan run --json`); it belongs to the token's tenant."""
+    weakened = _weakened(spec)
+    if weakened and not principal.may(Scope.ADMIN):
+        raise ApiError(
+            403, "forbidden", f"only an admin token may start a run with {', '.join(weakened)}"
+        )
+    return StartedRun(run_id=await runs.start(spec, principal))
+
+
+@router.get("/runs", response_model=list[RunSummary], tags=["runs"])
+async def list_runs(
+    principal: Reader,
+    runs: Runs,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    reason: TerminalReason | None = None,
+) -> list[RunSummary]:
+    """The tenant's runs, newest first (`capstan ls --json`)."""
+    return await runs.runs(principal, limit, reason.value if reason else None)
+
+
+@router.get("/runs/{run_id}", response_model=RunStatus, tags=["runs"])
+async def run_status(run_id: RunIdPath, principal: Reader, runs: Runs) -> RunStatus:
+    """Phase, step, terminal reason, output and usage (`capstan status --json`)."""
+    await runs.owned(run_id, principal)
+    return await runs.client.status(run_id)
+
+
+@router.get("/runs/{run_id}/transcript", response_model=list[StepView], tags=["runs"])
+async def transcript(run_id: RunIdPath, principal: Reader, runs: Runs) -> list[StepView]:
+    """Every step with refs resolved (`capstan transcript --json`)."""
+    await runs.owned(run_id, principal)
+    view = await runs.client.transcript_view(run_id)
+    return build_transcript(runs.client.content(), view)
+
+
+@router.get("/runs/{run_id}/pending", response_model=PendingView, tags=["steering"])
+async def run_pending(run_id: RunIdPath, principal: Reader, runs: Runs) -> PendingView:
+    """What the run waits for (`capstan pending RUN_ID --json`, one element)."""
+    await runs.owned(run_id, principal)
+    return await runs.client.pending(run_id)
+
+
+@router.get("/pending", response_model=list[PendingView], tags=["steering"])
+async def all_pending(principal: Reader, runs: Runs) -> list[PendingView]:
+    """What every running run of the tenant waits for (`capstan pending --json`)."""
+    views = []
+    for run in await runs.open_runs(principal):
+        with contextlib.suppress(CapstanError, RPCError, TimeoutError):
+            views.append(await asyncio.wait_for(runs.client.pending(run.run_id), 10))
+    return views
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response_class=EventStreamResponse,
+    tags=["runs"],
+    responses={200: {"description": "Server-Sent Events: run_event (with id), text, end"}},
+)
+async def events(
+    *,
+    run_id: RunIdPath,
+    principal: Reader,
+    runs: Runs,
+    api: Annotated[ApiSettings, Depends(api_settings)],
+    start: Annotated[int, Query(alias="from", ge=0, le=10**9)] = 0,
+    last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+) -> EventStreamResponse:
+    """The run's step events as they happen, then `end` (`capstan watch --json` as SSE).
+    Resume with `Last-Event-ID` (the last id seen) or `?from=N` (the first event wanted)."""
+    await runs.owned(run_id, principal)
+    if last_event_id is not None:
+        if not last_event_id.strip().isdigit():
+            raise ApiError(422, "invalid", "Last-Event-ID must be an event number", field="header")
+        start = int(last_event_id) + 1
+    stream = run_stream(runs.client, run_id, start, api.stream_poll_seconds, api.live_text_seconds)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return EventStreamResponse(stream, headers=headers)
+
+
+@router.get(
+    "/runs/{run_id}/audit",
+    response_class=Response,
+    tags=["audit"],
+    responses={200: {"content": {t.split(";")[0]: {} for t in _AUDIT_TYPES.values()}}},
+)
+async def audit(
+    run_id: RunIdPath,
+    principal: Reader,
+    runs: Runs,
+    format: Literal["jsonl", "md", "html"] = "jsonl",
+) -> Response:
+    """The verified audit trail (`capstan audit --format`)."""
+    await runs.owned(run_id, principal)
+    histories = await load_histories(runs.client.client, run_id)
+    records, issues = build_trail([decode_history(h) for h in histories], runs.client.content())
+    return Response(render_trail(records, issues, format), media_type=_AUDIT_TYPES[format])
+
+
+@router.get("/runs/{run_id}/audit/verify", response_model=AuditCheck, tags=["audit"])
+async def audit_verify(run_id: RunIdPath, principal: Reader, runs: Runs) -> AuditCheck:
+    """Every blob re-hashed, the chain of records checked (`capstan audit --verify`)."""
+    await runs.owned(run_id, principal)
+    histories = await load_histories(runs.client.client, run_id)
+    records, issues = build_trail([decode_history(h) for h in histories], runs.client.content())
+    return AuditCheck(records=len(records), problems=issues + verify_chain(records))

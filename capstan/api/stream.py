@@ -1,0 +1,154 @@
+"""A run's live stream over Server-Sent Events: the durable step events, numbered, then the end.
+
+    retry: 2000
+
+    id: 7
+    event: run_event
+    data: {"seq": 7, "kind": "model_replied", "step": 2, ...}
+
+    event: text
+    data: {"step": 3, "attempt": 1, "text": "Let me"}
+
+    event: end
+    data: {"run_id": "run-1", "terminal_reason": "completed", "next": 31}
+
+Each step event carries its stable sequence number (from `capstan.audit.events`) as its SSE id,
+so a client that reconnects with `Last-Event-ID: N` gets event N+1 onwards: nothing lost, nothing
+repeated, across continue-as-new and worker restarts. Streamed model text (`text`) and the `end`
+event carry no id: they are ephemeral and leave the resume point where it was.
+
+The stream follows the history with long polls (`HistoryFollower`): each answer holds only new
+history events. `ChainEvents` derives events for the current run of the chain only, and each
+closed run once, so an event costs the same at step 1,000 as at step 1 (the current run is
+bounded by continue-as-new). Model text is read from heartbeats only while a model call is in
+flight, so an idle stream (a run waiting days for approval) costs one long poll per interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from temporalio.service import RPCError
+
+from capstan.audit.events import RunEvent, derive_events
+from capstan.audit.follow import HistoryFollower
+from capstan.audit.history import Entry
+from capstan.client.runs import CapstanClient
+from capstan.client.watch import watch_live
+
+__all__ = ["ChainEvents", "run_stream", "sse"]
+
+_MODEL_KINDS = frozenset({"step_started", "model_replied", "model_failed", "run_ended"})
+
+
+def sse(data: Any, event: str | None = None, event_id: int | None = None) -> str:
+    """One SSE message (JSON data on one line)."""
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    if event is not None:
+        lines.append(f"event: {event}")
+    text = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    lines.append(f"data: {text}")
+    return "\n".join(lines) + "\n\n"
+
+
+class ChainEvents:
+    """`derive_events` over a growing chain, without re-deriving closed runs.
+
+    The only state an event derivation carries from one run of the chain to the next is the set
+    of requests already announced (a request still open when the run continued as new is
+    announced again by the next run, and must not appear twice). So a closed run is reduced to
+    its announcement entries, and the current run is derived behind those: the numbers are
+    exactly `derive_events` over the whole chain (the tests compare them).
+    """
+
+    def __init__(self, follower: HistoryFollower) -> None:
+        self.follower = follower
+        self._folded = 0  # closed runs folded so far
+        self._closed_events = 0  # events in the folded runs
+        self._stubs: list[list[Entry]] = []  # each folded run's announcements
+        self._stub_events = 0  # the events those announcements derive to
+        self.current: list[RunEvent] = []
+
+    def new_events(self, start: int) -> list[RunEvent]:
+        """Events numbered `start` or later that the chain holds now (closed runs first)."""
+        runs = self.follower.entries()
+        out: list[RunEvent] = []
+        while self._folded < len(runs) - 1:
+            events = self._derive(runs[self._folded])
+            out += [e for e in events if e.seq >= start]
+            self._closed_events += len(events)
+            self._stubs.append([e for e in runs[self._folded] if e.kind == "open_requests"])
+            self._stub_events = len(derive_events(self._stubs))
+            self._folded += 1
+        self.current = self._derive(runs[-1]) if runs else []
+        return out + [e for e in self.current if e.seq >= start]
+
+    def _derive(self, entries: list[Entry]) -> list[RunEvent]:
+        events = derive_events([*self._stubs, entries])[self._stub_events :]
+        base = self._closed_events
+        return [e.model_copy(update={"seq": base + n}) for n, e in enumerate(events)]
+
+    @property
+    def model_in_flight(self) -> bool:
+        """A model call of the current run started and has not answered yet."""
+        for event in reversed(self.current):
+            if event.kind in _MODEL_KINDS:
+                return event.kind == "step_started"
+        return False
+
+
+async def _live_texts(
+    client: CapstanClient, run_id: str, poll: asyncio.Future[bool], every: float, seen: Any
+) -> AsyncIterator[str]:
+    """Streamed text of the model call in flight, until the history poll answers."""
+    while not poll.done():
+        done, _ = await asyncio.wait({poll}, timeout=every)
+        if done:
+            return
+        text = await watch_live(client, run_id, seen)
+        if text is not None:
+            yield sse({"step": text.step, "attempt": text.attempt, "text": text.text}, "text")
+
+
+async def run_stream(
+    client: CapstanClient, run_id: str, start: int, wait: float, live_every: float
+) -> AsyncIterator[str]:
+    """The SSE messages of one run from event `start` on, ending with `end`."""
+    yield "retry: 2000\n\n"
+    follower = await HistoryFollower.start(client.client, run_id)
+    if follower is None:
+        yield sse({"run_id": run_id, "terminal_reason": None, "next": start}, "end")
+        return
+    chain = ChainEvents(follower)
+    next_seq, seen = start, dict[tuple[int, int], int]()
+    while True:
+        poll = asyncio.ensure_future(follower.poll(wait))
+        try:
+            if chain.model_in_flight:
+                async for message in _live_texts(client, run_id, poll, live_every, seen):
+                    yield message
+            grew = await poll
+        except RPCError:
+            # Temporal went away: end here; the client reconnects with Last-Event-ID
+            yield sse({"message": "the Temporal service is not reachable"}, "error")
+            return
+        finally:
+            if not poll.done():
+                poll.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RPCError):
+                    await poll
+        for event in chain.new_events(next_seq) if grew else []:
+            yield sse(event.model_dump(mode="json"), "run_event", event.seq)
+            next_seq = event.seq + 1
+        if follower.closed:
+            ending = next((e.summary for e in chain.current if e.kind == "run_ended"), None)
+            yield sse({"run_id": run_id, "terminal_reason": ending, "next": next_seq}, "end")
+            return
+        if not grew:
+            yield ": keep-alive\n\n"

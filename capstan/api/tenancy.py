@@ -1,0 +1,145 @@
+"""Runs as one tenant sees them: the API's only way to a run.
+
+A run belongs to the tenant that started it: `capstan serve` writes the tenant into the
+workflow's memo at start (`TENANT_MEMO`; the memo is kept across continue-as-new). Runs started
+elsewhere (the CLI, Python) carry no tenant and belong to `default`. Every route reaches a run
+through `Tenancy.owned`, which answers another tenant's run exactly as an unknown one (404), so
+nothing about it leaks. Run ids are restricted to a safe alphabet (`RUN_ID_PATTERN`): the
+history readers put ids into visibility queries.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from temporalio.client import WorkflowExecution, WorkflowExecutionDescription
+from temporalio.common import WorkflowIDReusePolicy
+
+from capstan.api.auth import Principal
+from capstan.api.errors import ApiError, not_found
+from capstan.client.runs import CapstanClient, RunNotFoundError, RunSummary
+from capstan.core.spec import RunSpec
+from capstan.core.workflow_io import (
+    REQUESTS_MEMO,
+    TERMINAL_MEMO,
+    WORKFLOW_NAME,
+    AgentInput,
+    OpenRequests,
+)
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "RUN_ID_PATTERN",
+    "TENANT_MEMO",
+    "OpenRun",
+    "Tenancy",
+    "tenant_of",
+]
+
+TENANT_MEMO = "capstan_tenant"
+DEFAULT_TENANT = "default"
+#: run ids the API accepts (path parameters and `RunSpec.run_id`)
+RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+
+
+def tenant_of(memo: Mapping[str, Any]) -> str:
+    tenant = memo.get(TENANT_MEMO)
+    return tenant if isinstance(tenant, str) and tenant else DEFAULT_TENANT
+
+
+@dataclass(frozen=True)
+class OpenRun:
+    """A running run of the tenant, with what it announced in its memo."""
+
+    run_id: str
+    started: str
+    requests: OpenRequests
+
+
+class Tenancy:
+    """A `CapstanClient` seen through one tenant's eyes."""
+
+    def __init__(self, client: CapstanClient) -> None:
+        self.client = client
+
+    async def owned(self, run_id: str, principal: Principal) -> WorkflowExecutionDescription:
+        """The run's description, if the principal's tenant owns it; 404 otherwise."""
+        if not _RUN_ID.match(run_id):
+            raise not_found(run_id)
+        try:
+            desc = await self.client.describe(run_id)
+        except RunNotFoundError:
+            raise not_found(run_id) from None
+        if tenant_of(await desc.memo()) != principal.tenant:
+            raise not_found(run_id)
+        return desc
+
+    async def start(self, spec: RunSpec, principal: Principal) -> str:
+        """Start a run owned by the principal's tenant. An id is never reused, so an id names
+        one run (and one tenant) forever."""
+        if spec.run_id is not None and not _RUN_ID.match(spec.run_id):
+            raise ApiError(
+                422, "invalid", f"run_id must match {RUN_ID_PATTERN}", field="body.run_id"
+            )
+        run_id = spec.run_id or f"run-{uuid.uuid4().hex[:12]}"
+        spec = spec.model_copy(update={"run_id": run_id})
+        await self.client.client.start_workflow(
+            WORKFLOW_NAME,
+            AgentInput(spec=spec),
+            id=run_id,
+            task_queue=self.client.settings.task_queue,
+            memo={TENANT_MEMO: principal.tenant},
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        )
+        return run_id
+
+    async def _listed(self, principal: Principal, query: str) -> AsyncIterator[WorkflowExecution]:
+        """Workflows matching `query` that belong to the tenant, newest first, each run id of a
+        continue-as-new chain once."""
+        seen: set[str] = set()
+        async for wf in self.client.client.list_workflows(query):
+            if wf.id in seen:
+                continue
+            seen.add(wf.id)
+            if tenant_of(await wf.memo()) == principal.tenant and _RUN_ID.match(wf.id):
+                yield wf
+
+    async def runs(
+        self, principal: Principal, limit: int, terminal_reason: str | None = None
+    ) -> list[RunSummary]:
+        """The tenant's runs as `capstan ls --json` lists them."""
+        out: list[RunSummary] = []
+        query = f"WorkflowType = '{WORKFLOW_NAME}'"
+        async for wf in self._listed(principal, query):
+            reason = (await wf.memo()).get(TERMINAL_MEMO)
+            summary = RunSummary(
+                run_id=wf.id,
+                status=wf.status.name.lower() if wf.status else "unknown",
+                started=wf.start_time.isoformat(timespec="seconds"),
+                terminal_reason=reason if isinstance(reason, str) else None,
+            )
+            if terminal_reason is not None and summary.terminal_reason != terminal_reason:
+                continue
+            out.append(summary)
+            if len(out) >= limit:
+                break
+        return out
+
+    async def open_runs(self, principal: Principal, limit: int = 200) -> list[OpenRun]:
+        """The tenant's running runs with the requests each announced: one listing call for
+        all of them, since the memo travels with the listing."""
+        query = f"WorkflowType = '{WORKFLOW_NAME}' AND ExecutionStatus = 'Running'"
+        out: list[OpenRun] = []
+        async for wf in self._listed(principal, query):
+            raw = (await wf.memo()).get(REQUESTS_MEMO)
+            requests = OpenRequests.model_validate(raw) if raw else OpenRequests()
+            started = wf.start_time.isoformat(timespec="seconds")
+            out.append(OpenRun(run_id=wf.id, started=started, requests=requests))
+            if len(out) >= limit:
+                break
+        return out
