@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import importlib
+import importlib.metadata
 import logging
 import os
 import signal
@@ -32,11 +34,14 @@ from capstan.activities.compaction import CompactionActivities
 from capstan.activities.model import ModelActivities
 from capstan.activities.tokens import count_tokens
 from capstan.activities.tool_runner import FinishGuard, ToolActivities
-from capstan.activities.tools.builtins import BUILTIN_TOOLS, LOOP_TOOL_SPECS
+from capstan.activities.tools.builtins import LOOP_TOOL_SPECS, builtin_tools
+from capstan.activities.tools.jail import Jail, JailUnavailable, SandboxSettings, probe_jail
+from capstan.activities.tools.mcp import McpTools, load_mcp
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.client.runs import connect_temporal
 from capstan.core.spec import ToolRule
-from capstan.runtime.blobstore import ContentStore, LocalBlobStore
+from capstan.runtime.blobs import blob_store_for, check_blob_store, content_store_for
+from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import ConfigError, ModelSettings, Settings
 from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
 from capstan.runtime.environment import validation_summary
@@ -46,21 +51,24 @@ from capstan.runtime.temporal_connection import TemporalConnectError
 from capstan.workflows.agent import AgentWorkflow
 
 __all__ = [
+    "build_mcp",
     "build_registry",
     "build_worker",
     "load_finish_guard",
     "load_policy",
     "main",
     "run_worker",
+    "sandbox_jail",
     "temporal_for",
 ]
 
 log = logging.getLogger("capstan.worker")
 
 
-def build_registry(tools_module: str | None) -> ToolRegistry:
-    """Builtins plus the user's tools from `CAPSTAN_TOOLS=pkg.module` (its `tools` list)."""
-    registry = ToolRegistry(BUILTIN_TOOLS)
+def build_registry(tools_module: str | None, jail: Jail | None = None) -> ToolRegistry:
+    """Builtins (with the sandbox tools when there is a `jail`) plus the user's tools from
+    `CAPSTAN_TOOLS=pkg.module` (its `tools` list)."""
+    registry = ToolRegistry(builtin_tools(jail))
     for spec in LOOP_TOOL_SPECS:
         registry.add_spec(spec)
     if tools_module:
@@ -68,6 +76,27 @@ def build_registry(tools_module: str | None) -> ToolRegistry:
         for fn in getattr(module, "tools", []):
             registry.add(fn)
     return registry
+
+
+def sandbox_jail(settings: Settings, env: Mapping[str, str]) -> Jail | None:
+    """The jail for `run_shell` / `run_python`, or None, said once at start with the reason:
+    code never runs unjailed."""
+    jail = probe_jail(
+        SandboxSettings.from_env(env),
+        settings.workspace_dir,
+        hidden=[p for p in (settings.data_dir, settings.codec_key_file) if p is not None],
+    )
+    if isinstance(jail, JailUnavailable):
+        log.warning("run_shell and run_python are not offered: %s", jail.reason)
+        return None
+    if jail.python is None:
+        log.warning("run_python is not offered: the jail has no python3")
+    if not jail.writable:
+        log.warning(
+            "run_shell and run_python can only read the workspace: uid %s may not write it",
+            jail.user[0] if jail.user else os.geteuid(),
+        )
+    return jail
 
 
 def build_worker(
@@ -86,7 +115,7 @@ def build_worker(
     (default: the global one, which `configure_from_env` sets from `OTEL_*`).
     """
     telemetry = Instruments(tracer_provider)
-    content = ContentStore(LocalBlobStore(settings.blob_dir), count_tokens=count_tokens)
+    content = content_store_for(settings, count_tokens)
     models = ModelActivities(
         content,
         env if env is not None else os.environ,
@@ -95,21 +124,33 @@ def build_worker(
         telemetry=telemetry,
     )
     compaction = CompactionActivities(content, models, http, count_tokens)
+    jail = sandbox_jail(settings, env if env is not None else os.environ)
+    registry = build_registry(settings.tools_module, jail)
+    mcp = build_mcp(settings, env if env is not None else os.environ, content, registry)
     tools = ToolActivities(
-        build_registry(settings.tools_module),
+        registry,
         content,
         settings.workspace_dir,
         load_policy(settings.policy_file),
         telemetry=telemetry,
         finish_guard=load_finish_guard(settings.finish_guard),
+        mcp=mcp,
     )
     options: dict[str, object] = {
-        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=2),
+        # a run whose worker died moves to another worker's queue after this long (recovery)
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
+        # given, not computed: the SDK's default hashes every loaded module (~0.6 s at start)
+        "build_id": _build_id(),
+        # a cached run costs ~250 KB; an evicted one is replayed from history when it next
+        # moves (~10-20 ms for a short history), so runs parked for a person cost nothing here
+        "max_cached_workflows": 128,
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
         # workflow spans even when the client that started the run does not trace
         "interceptors": [TracingInterceptor(telemetry.tracer, always_create_workflow_spans=True)],
         "activity_executor": ThreadPoolExecutor(4),
+        # MCP sessions (stdio server processes) live as long as the worker
+        "plugins": [mcp.plugin()] if mcp is not None else [],
     }
     options.update(worker_options)
     return Worker(
@@ -126,6 +167,25 @@ def build_worker(
         ],
         **options,  # type: ignore[arg-type]
     )
+
+
+def _build_id() -> str:
+    """Capstan's version and a hash of the code that decides what a run does (the pure core
+    and the workflow): what Temporal's default build id stands for, at a fraction of its cost."""
+    digest = hashlib.sha256()
+    for package in (AgentWorkflow.__module__, ToolRule.__module__):
+        folder = Path(sys.modules[package].__file__ or ".").parent
+        for source in sorted(folder.glob("*.py")):
+            digest.update(source.name.encode() + source.read_bytes())
+    return f"capstan-{importlib.metadata.version('capstan')}-{digest.hexdigest()[:12]}"
+
+
+def build_mcp(
+    settings: Settings, env: Mapping[str, str], content: ContentStore, registry: ToolRegistry
+) -> McpTools | None:
+    """The worker's MCP servers (`CAPSTAN_MCP=mcp.toml`), or None when there are none."""
+    config = load_mcp(settings.mcp_file, env, registry.names())
+    return McpTools(config, env, content) if config.servers else None
 
 
 def load_finish_guard(spec: str | None) -> FinishGuard | None:
@@ -198,7 +258,8 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     ModelSettings.from_env()
     load_policy(settings.policy_file)
     load_finish_guard(settings.finish_guard)
-    build_registry(settings.tools_module)
+    load_mcp(settings.mcp_file, os.environ, build_registry(settings.tools_module).names())
+    check_blob_store(blob_store_for(settings), settings)  # reachable, bucket there, keys valid
     configure_from_env()
     with local_model_env(dict(os.environ), settings.data_dir) as env:
         async with temporal_for(settings) as client, httpx.AsyncClient() as http:

@@ -8,8 +8,12 @@ system prompt and the task stay; the last `keep_turns` turns stay as they are. O
   `read_result`);
 - `summarize` replaces the older turns by one summary written by the run's model.
 
-The result is a new root segment that names the chain it was compacted from, so transcripts and
-audits still see everything that happened.
+Only what changed is written: the old chain's leading segments that the compaction leaves as they
+were stay the new chain's parents (`write_compacted`), so a prune costs the newly stubbed part
+and the kept turns, not a copy of the conversation. The last segment written names the chain it
+was compacted from, so transcripts and audits still see everything that happened. A compaction
+that changes nothing writes nothing and says so (no new head): the loop then climbs the ladder.
+Earlier summaries are folded into a new one, never kept beside it.
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ import httpx
 from temporalio import activity
 
 from capstan.activities.heartbeat import with_heartbeat
-from capstan.activities.model import ModelActivities, adapter_for
+from capstan.activities.model import ModelActivities
 from capstan.activities.providers.base import RenderedMessage
 from capstan.core.activity_io import CompactInput, CompactResult
 from capstan.core.activity_table import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message
 from capstan.runtime.blobstore import ContentStore
-from capstan.runtime.conversation import append_segment, load_conversation
+from capstan.runtime.conversation import load_chain, write_compacted
 
 __all__ = ["CompactionActivities", "split_turns"]
 
@@ -77,60 +81,85 @@ class CompactionActivities:
 
     @activity.defn(name=ActivityName.COMPACT_CONTEXT.value)
     async def compact_context(self, request: CompactInput) -> CompactResult:
-        messages = await asyncio.to_thread(load_conversation, self.content, request.conversation)
+        # heartbeats from the start: a worker that dies mid-compaction is noticed in seconds
+        return await with_heartbeat(self._compact(request), interval=0.5)
+
+    async def _compact(self, request: CompactInput) -> CompactResult:
+        chain = await asyncio.to_thread(
+            load_chain, self.content, request.conversation, self.models.segments
+        )
+        messages = [m for s in chain for m in s.segment.messages]
         head, turns = split_turns(messages)
         keep = max(request.keep_turns, 1)
         old, recent = turns[:-keep], turns[-keep:]
-        before = await asyncio.to_thread(self._tokens, messages)
-        prunable = [m for t in old for m in t if m.role == "tool" and _is_large(m)]
         if request.strategy == "warn":
+            before = await asyncio.to_thread(self._tokens, messages)
+            prunable = _prunable(old)
+            nudge = _warning(prunable) if prunable else None
             return CompactResult(
-                strategy="warn",
-                tokens_before=before,
-                tokens_after=before,
-                nudge=_warning(prunable) if prunable else None,
+                strategy="warn", tokens_before=before, tokens_after=before, nudge=nudge
             )
-        if request.strategy == "prune":
-            stubbed = {id(m) for m in prunable}
-            kept = head + [_stub(m) if id(m) in stubbed else m for t in old for m in t]
-            compacted = kept + [m for t in recent for m in t]
-            pruned, summarized = len(prunable), 0
-        else:
-            summary = await self._summarize(request, head, old) if old else None
-            compacted = head + ([summary] if summary else []) + [m for t in recent for m in t]
-            pruned, summarized = 0, sum(len(t) for t in old)
-        new_head = await asyncio.to_thread(
-            append_segment, self.content, None, request.step, compacted, request.conversation
-        )
-        after = await asyncio.to_thread(self._tokens, compacted)
+        compacted, changed = await self._compacted_part(request, head, old)
+        kept_from = len(compacted)
+        compacted += [m for t in recent for m in t]
+        # what no compaction can remove: a summary keeps the pinned messages and these turns
+        kept = [m for m in head if m.origin != "nudge"] + [m for t in recent for m in t]
+
+        def write() -> tuple[BlobRef | None, int, int, int]:
+            new_head = write_compacted(
+                self.content, chain, compacted, kept_from, step=request.step,
+                cache=self.models.segments,
+            )  # fmt: skip
+            counts = self._tokens(messages), self._tokens(compacted), self._tokens(kept)
+            return new_head, *counts
+
+        new_head, before, after, floor = await asyncio.to_thread(write)
+        if new_head is None:  # nothing to prune or summarise: the loop climbs the ladder
+            return CompactResult(
+                strategy=request.strategy, tokens_before=before, tokens_after=before,
+                kept_tokens=floor,
+            )  # fmt: skip
         return CompactResult(
             strategy=request.strategy,
             conversation=new_head,
             tokens_before=before,
             tokens_after=after,
-            pruned=pruned,
-            summarized=summarized,
+            pruned=changed if request.strategy == "prune" else 0,
+            summarized=changed if request.strategy == "summarize" else 0,
+            kept_tokens=floor,
         )
+
+    async def _compacted_part(
+        self, request: CompactInput, head: list[Message], old: list[list[Message]]
+    ) -> tuple[list[Message], int]:
+        """The messages that replace `head` and the `old` turns, and how many changed."""
+        if request.strategy == "prune":
+            stubbed = {id(m) for m in _prunable(old)}
+            kept = [_stub(m) if id(m) in stubbed else m for t in old for m in t]
+            return head + kept, len(stubbed)
+        if not old:
+            return list(head), 0
+        # earlier summaries sit among the pinned messages: the new summary replaces them
+        summary = await self._summarize(request, head, old)
+        return [*(m for m in head if m.origin != "nudge"), summary], sum(len(t) for t in old)
 
     async def _summarize(
         self, request: CompactInput, head: list[Message], old: list[list[Message]]
     ) -> Message:
         profile = self.models.profile(request.profile)
         budget_chars = int(profile.usable_window_chars())
-        lines = [self._line(m) for m in head[1:] + [m for t in old for m in t]]
-        text = "\n".join(lines)[-budget_chars:]
+        earlier = head[1:] + [m for t in old for m in t]
+        text = await asyncio.to_thread(lambda: "\n".join(map(self._line, earlier))[-budget_chars:])
         prompt = [
             RenderedMessage(role="system", content=SUMMARY_PROMPT),
             RenderedMessage(role="user", content=text),
         ]
-        reply = await with_heartbeat(
-            adapter_for(profile.model_copy(update={"stream": False}), self.http).complete(
-                prompt, [], step=request.step
-            )
-        )
+        unstreamed = profile.model_copy(update={"stream": False})
+        reply = await self.models.ask(unstreamed, prompt, [], request.step)  # the scrubbed exit
+        summary = f"Summary of the earlier steps:\n{reply.text}"
         return Message(
             role="user",
-            content=self.content.store_text(f"Summary of the earlier steps:\n{reply.text}"),
+            content=await asyncio.to_thread(self.content.store_text, summary),
             origin="nudge",
             step=request.step,
         )
@@ -143,6 +172,10 @@ class CompactionActivities:
             f"{c.name}({self.content.resolve(c.arguments)[:200]})" for c in m.tool_calls
         )
         return f"[{m.role}{' ' + m.name if m.name else ''}] {text} {calls}".strip()
+
+
+def _prunable(old: list[list[Message]]) -> list[Message]:
+    return [m for t in old for m in t if m.role == "tool" and _is_large(m)]
 
 
 def _is_large(m: Message) -> bool:

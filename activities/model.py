@@ -4,15 +4,22 @@
 the new messages; the reply leaves as the new head plus the assistant message with large parts
 as refs. While a reply streams in, its text so far rides on the activity's heartbeats, where
 `capstan watch` reads it; the durable record is only the final reply.
+
+Its own cost does not grow with the conversation: decoded segments and rendered conversations
+are cached by head (both immutable), so a call renders only the messages since the last one and
+primes the cache for the head it writes. The blocking work runs in one worker-thread hop before
+the provider call and one after it; the event loop only awaits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from opentelemetry.trace import SpanKind
@@ -22,7 +29,7 @@ from temporalio.exceptions import ApplicationError
 from capstan.activities.budget import ResultBudget
 from capstan.activities.heartbeat import with_heartbeat
 from capstan.activities.providers.anthropic import AnthropicMessages
-from capstan.activities.providers.base import ChatAdapter, ProviderReply
+from capstan.activities.providers.base import ChatAdapter, ProviderReply, RenderedMessage
 from capstan.activities.providers.openai_chat import OpenAIChat
 from capstan.activities.providers.profiles import (
     Profile,
@@ -32,16 +39,18 @@ from capstan.activities.providers.profiles import (
     model_chain,
     resolve_profile,
 )
-from capstan.activities.rendering import render
+from capstan.activities.providers.secrets import Scrubber, worker_keys
+from capstan.activities.rendering import RenderCache, RenderedView, render, render_view
 from capstan.core.activity_io import CallModelInput, DescribeModelInput, ModelReply
 from capstan.core.activity_table import ActivityName
+from capstan.core.content import BlobRef
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.model_errors import ModelErrorKind
 from capstan.core.models import ModelChain, Prices
 from capstan.core.tooling import ToolSpec
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import ModelSettings
-from capstan.runtime.conversation import append_segment, load_conversation
+from capstan.runtime.conversation import SegmentCache, append_segment
 from capstan.runtime.telemetry import Instruments
 
 __all__ = ["ModelActivities", "StreamProgress", "adapter_for", "cost_of"]
@@ -94,6 +103,16 @@ class StreamProgress:
         }
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """A model request ready to send: the rendered conversation, tools and limits."""
+
+    profile: Profile
+    budget: ResultBudget
+    tools: list[ToolSpec]
+    view: RenderedView  # the conversation with the new messages, rendered
+
+
 class ModelActivities:
     """Holds the HTTP client, the content store and the profiles; built once per worker."""
 
@@ -113,10 +132,22 @@ class ModelActivities:
         # every non-secret model setting, parsed once: a bad value stops the worker at start
         # (ConfigError); `env` itself is kept only for the API keys profiles name
         self.settings = ModelSettings.from_env(env)
+        # content-addressed, so valid for the worker's life; shared with compaction
+        self.segments = SegmentCache()
+        self.rendered = RenderCache()
+        self._tool_specs: dict[str, list[ToolSpec]] = {}
+        self._profiles: tuple[object, dict[str, ProfileTable]] | None = None
 
     def _table(self) -> dict[str, ProfileTable]:
-        # read on each call, so an edited profiles file applies without a restart
-        return load_profiles(self.settings.profiles_file)
+        # checked on each call (one stat), so an edited profiles file applies without a restart
+        path = self.settings.profiles_file
+        stamp = _file_stamp(path)
+        cached = self._profiles
+        if cached is not None and stamp is not None and cached[0] == stamp:
+            return cached[1]
+        table = load_profiles(path)
+        self._profiles = (stamp, table)
+        return table
 
     def profile(self, name: str) -> Profile:
         try:
@@ -125,6 +156,37 @@ class ModelActivities:
             raise ApplicationError(
                 str(exc), type=ModelErrorKind.CONFIG_ERROR, non_retryable=True
             ) from None
+
+    def scrubber(self) -> Scrubber:
+        """Redacts every key this worker holds: each key variable any profile names."""
+        try:
+            tables = list(self._table().values())
+        except ProfileError:  # an unreadable profiles file: the default variables still count
+            tables = []
+        return Scrubber(worker_keys(self.env, tables))
+
+    async def ask(
+        self,
+        profile: Profile,
+        messages: list[RenderedMessage],
+        tools: list[ToolSpec],
+        step: int,
+        progress: StreamProgress | None = None,
+    ) -> ProviderReply:
+        """One provider call: the only way provider text enters a model activity (`call_model`
+        and `compact_context`), and the one exit it leaves by. Errors leave scrubbed of every
+        key the worker holds (`Scrubber.exit`), and so do the heartbeat details that carry
+        `progress` (the streamed text so far) to watchers."""
+        scrubber = self.scrubber()
+        with scrubber.exit():
+            adapter = adapter_for(profile, self.http)
+            if progress is None:
+                return await adapter.complete(messages, tools, step=step)
+            return await with_heartbeat(
+                adapter.complete(messages, tools, step=step, on_delta=progress.add),
+                interval=0.5,
+                details=lambda: scrubber.value(progress.snapshot()),
+            )
 
     @activity.defn(name=ActivityName.DESCRIBE_MODEL.value)
     async def describe_model(self, request: DescribeModelInput) -> ModelChain:
@@ -137,21 +199,10 @@ class ModelActivities:
 
     @activity.defn(name=ActivityName.CALL_MODEL.value)
     async def call_model(self, request: CallModelInput) -> ModelReply:
-        profile = self.profile(request.profile)
-        history, tools = await asyncio.to_thread(self._load, request)
-        budget = ResultBudget(
-            max_lines=request.tool_result_max_lines,
-            max_bytes=request.tool_result_max_bytes,
-            max_tokens=min(
-                request.tool_result_max_tokens,
-                int(profile.context_window * request.tool_result_window_share),
-            ),
-            max_chars=request.observation_max_chars,
-        )
-        rendered = await asyncio.to_thread(render, self.content, history, budget)
-        estimate = await asyncio.to_thread(
-            lambda: sum(self.count_tokens(m.content) + 4 for m in rendered)
-        )
+        prompt = await with_heartbeat(asyncio.to_thread(self._prepare, request), interval=0.5)
+        profile, tools = prompt.profile, prompt.tools
+        rendered = list(prompt.view.messages)
+        estimate = prompt.view.tokens
         attempt = activity.info().attempt if activity.in_activity() else 1
         progress = StreamProgress(request.run_id, request.step, attempt)
         started = time.monotonic()
@@ -169,13 +220,7 @@ class ModelActivities:
                 "capstan.attempt": attempt,
             },
         ) as span:
-            reply = await with_heartbeat(
-                adapter_for(profile, self.http).complete(
-                    rendered, tools, step=request.step, on_delta=progress.add
-                ),
-                interval=0.5,
-                details=progress.snapshot,
-            )
+            reply = await self.ask(profile, rendered, tools, request.step, progress)
             span.set_attributes(
                 {
                     "gen_ai.response.model": reply.model,
@@ -191,13 +236,8 @@ class ModelActivities:
             "model replied",
             extra={"run_id": request.run_id, "step": request.step, "attempt": attempt},
         ) if activity.in_activity() else None
-        assistant = self._assistant(reply, request.step)
-        head = await asyncio.to_thread(
-            append_segment,
-            self.content,
-            request.conversation,
-            request.step,
-            [*request.new_messages, assistant],
+        assistant, head = await with_heartbeat(
+            asyncio.to_thread(self._record, request, prompt, reply), interval=0.5
         )
         return ModelReply(
             message=assistant,
@@ -233,8 +273,66 @@ class ModelActivities:
             step=step,
         )
 
-    def _load(self, request: CallModelInput) -> tuple[list[Message], list[ToolSpec]]:
-        history = load_conversation(self.content, request.conversation)
-        history.extend(request.new_messages)
-        raw = json.loads(self.content.read_bytes(request.tools.sha256))
-        return history, [ToolSpec.model_validate(t) for t in raw]
+    def _prepare(self, request: CallModelInput) -> Prompt:
+        """Profile, tools and the rendered conversation (the cached part plus the new)."""
+        profile = self.profile(request.profile)
+        budget = ResultBudget(
+            max_lines=request.tool_result_max_lines,
+            max_bytes=request.tool_result_max_bytes,
+            max_tokens=min(
+                request.tool_result_max_tokens,
+                int(profile.context_window * request.tool_result_window_share),
+            ),
+            max_chars=request.observation_max_chars,
+        )
+        base = render_view(
+            self.content,
+            request.conversation,
+            budget,
+            segments=self.segments,
+            cache=self.rendered,
+            count_tokens=self.count_tokens,
+        )
+        fresh = render(self.content, request.new_messages, budget)
+        view = base.extend(fresh, self.count_tokens)
+        return Prompt(profile, budget, self._tools(request.tools), view)
+
+    def _record(
+        self, request: CallModelInput, prompt: Prompt, reply: ProviderReply
+    ) -> tuple[Message, BlobRef]:
+        """Store the reply, append the step's segment, and cache its rendering for the next
+        call (which will name this head)."""
+        assistant = self._assistant(reply, request.step)
+        head = append_segment(
+            self.content,
+            request.conversation,
+            request.step,
+            [*request.new_messages, assistant],
+            cache=self.segments,
+        )
+        rendered = render(self.content, [assistant], prompt.budget)
+        self.rendered.put(
+            head.sha256, prompt.budget, prompt.view.extend(rendered, self.count_tokens)
+        )
+        return assistant, head
+
+    def _tools(self, ref: BlobRef) -> list[ToolSpec]:
+        specs = self._tool_specs.get(ref.sha256)
+        if specs is None:
+            raw = json.loads(self.content.read_bytes(ref.sha256))
+            specs = [ToolSpec.model_validate(t) for t in raw]
+            if len(self._tool_specs) >= 64:
+                self._tool_specs.clear()
+            self._tool_specs[ref.sha256] = specs
+        return specs
+
+
+def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """What changes when a file is edited (None: no file, or it cannot be read now)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -1,14 +1,22 @@
 """Capstan's benchmarks, as ratios against a baseline measured in the same run.
 
-    python bench/run.py [--iterations 20] [--repeats 5] [--out bench/results/latest.json]
+    python bench/run.py [--iterations 20] [--repeats 5] [--long-steps 5000]
+                        [--recovery-trials 10] [--parked-runs 1000] [--only overhead,history,...]
+                        [--out bench/results/latest.json]
 
 1. Orchestration overhead: per-iteration time of `AgentWorkflow` (1 model call + 3 parallel
    tool calls, instant fake provider and tools) divided by that of `BareWorkflow` running the
-   same activities. Runs alternate so machine noise hits both alike; medians are compared.
+   same activities, and by that of `FloorWorkflow` (no-op activities: the floor). Runs
+   alternate so machine noise hits all alike; medians are compared.
 2. History size: bytes of history per step at steps 20, 100 and 200 of a 200-step run with 20 KB
    tool outputs, and the ratio of late to early steps (flat = 1.0).
+3. `call_model`'s own cost at steps 20 and 300 (`bench/call_model_cost.py`).
+4. A 5,000-step run through compactions (`bench/long_run.py`).
+5. Crash recovery against the bare floor (`bench/recovery.py`).
+6. Parked runs: worker memory and approve -> activity against the bare floor (`bench/parked.py`).
 
-This machine is shared and noisy: read the ratios, not the seconds.
+This machine is shared and noisy: read the ratios, not the seconds. The load average is recorded
+before and after.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,7 +38,14 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from temporalio.worker import Worker  # noqa: E402
+
 from bench.bare_workflow import BareWorkflow  # noqa: E402
+from bench.call_model_cost import measure as call_model_cost  # noqa: E402
+from bench.floor_workflow import FLOOR_ACTIVITIES, FloorWorkflow  # noqa: E402
+from bench.long_run import long_run  # noqa: E402
+from bench.parked import parked  # noqa: E402
+from bench.recovery import recovery  # noqa: E402
 from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
 from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
@@ -60,10 +76,22 @@ def iteration_script(iterations: int) -> Any:
     return script
 
 
+FLOOR_QUEUE = f"bench-floor-{uuid.uuid4().hex[:6]}"
+
+
 async def overhead(client: CapstanClient, iterations: int, repeats: int) -> dict[str, Any]:
     capstan_times: list[float] = []
     bare_times: list[float] = []
+    floor_times: list[float] = []
     for i in range(repeats + 1):
+        started = time.perf_counter()
+        await client.client.execute_workflow(
+            FloorWorkflow.run,
+            iterations,
+            id=f"floor-{uuid.uuid4().hex[:8]}",
+            task_queue=FLOOR_QUEUE,
+        )
+        floor = time.perf_counter() - started
         started = time.perf_counter()
         await client.client.execute_workflow(
             BareWorkflow.run,
@@ -84,17 +112,22 @@ async def overhead(client: CapstanClient, iterations: int, repeats: int) -> dict
         result = await client.result(await client.start_run(spec))
         agent = time.perf_counter() - started
         assert result.terminal_reason is TerminalReason.COMPLETED, result
-        if i > 0:  # the first pair warms caches up
+        if i > 0:  # the first round warms caches up
+            floor_times.append(floor / iterations)
             bare_times.append(bare / iterations)
             capstan_times.append(agent / iterations)
-    ratio = statistics.median(capstan_times) / statistics.median(bare_times)
+    capstan, bare = statistics.median(capstan_times), statistics.median(bare_times)
+    floor = statistics.median(floor_times)
     return {
         "iterations_per_run": iterations,
         "runs_each": repeats,
-        "capstan_ms_per_iteration_median": round(statistics.median(capstan_times) * 1000, 2),
-        "bare_ms_per_iteration_median": round(statistics.median(bare_times) * 1000, 2),
-        "overhead_ratio": round(ratio, 3),
+        "capstan_ms_per_iteration_median": round(capstan * 1000, 2),
+        "bare_ms_per_iteration_median": round(bare * 1000, 2),
+        "floor_ms_per_iteration_median": round(floor * 1000, 2),
+        "overhead_ratio": round(capstan / bare, 3),
         "target_ratio": 1.10,
+        "floor_ratio": round(capstan / floor, 3),
+        "floor_target_ratio": 1.25,
     }
 
 
@@ -131,7 +164,53 @@ async def history(client: CapstanClient, steps: int = 200) -> dict[str, Any]:
 _SCRIPT: dict[str, Any] = {}
 
 
+SECTIONS = ("overhead", "history", "call_model", "long_run", "recovery", "parked")
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+async def in_process(
+    args: argparse.Namespace, client: CapstanClient, settings: Settings
+) -> dict[str, Any]:
+    """The sections measured with an in-process worker (and the floor's worker beside it)."""
+    result: dict[str, Any] = {}
+
+    def dispatch(step: int, messages: list[dict[str, Any]]) -> Reply:
+        reply: Reply = _SCRIPT["current"](step, messages)
+        return reply
+
+    def install(script: Any) -> None:
+        _SCRIPT["current"] = script
+
+    with FakeProvider(dispatch) as fake:
+        env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": fake.base_url}
+        floor = Worker(
+            client.client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
+            activities=FLOOR_ACTIVITIES, build_id="bench-floor",
+        )  # fmt: skip
+        async with (
+            httpx.AsyncClient() as http,
+            build_worker(client.client, settings, http, env, extra_workflows=[BareWorkflow]),
+            floor,
+        ):
+            if "overhead" in args.only:
+                install(iteration_script(args.iterations))
+                result["overhead"] = await overhead(client, args.iterations, args.repeats)
+            if "history" in args.only:
+                result["history"] = await history(client)
+            if "long_run" in args.only and args.long_steps > 0:
+                result["long_run"] = await long_run(
+                    client, fake, install, args.long_steps, settings.blob_dir
+                )
+    return result
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {"load_average_before": _load()}
+    if "call_model" in args.only:
+        result["call_model"] = await call_model_cost()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         server = EmbeddedServer(data / "temporal", port=_free_port())
@@ -146,32 +225,29 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for i in range(args.iterations):  # distinct directories: no call repeats itself
                 for sub in "abc":
                     (settings.workspace_dir / f"d{i}" / sub).mkdir(parents=True, exist_ok=True)
-            temporal = await connect_temporal(settings)
-            client = CapstanClient(temporal, settings)
-
-            def dispatch(step: int, messages: list[dict[str, Any]]) -> Reply:
-                return _SCRIPT["current"](step, messages)
-
-            with FakeProvider(dispatch) as fake:
-                env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": fake.base_url}
-                async with (
-                    httpx.AsyncClient() as http,
-                    build_worker(temporal, settings, http, env, extra_workflows=[BareWorkflow]),
-                ):
-                    _SCRIPT["current"] = iteration_script(args.iterations)
-                    result = {"overhead": await overhead(client, args.iterations, args.repeats)}
-                    result["history"] = await history(client)
-            return result
+            client = CapstanClient(await connect_temporal(settings), settings)
+            result |= await in_process(args, client, settings)
+            if "recovery" in args.only and args.recovery_trials > 0:
+                result["recovery"] = await recovery(client, settings, args.recovery_trials)
+            if "parked" in args.only and args.parked_runs > 0:
+                result["parked"] = await parked(client, settings, args.parked_runs)
         finally:
             server.stop()
+    result["load_average_after"] = _load()
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--long-steps", type=int, default=5000)
+    parser.add_argument("--recovery-trials", type=int, default=10)
+    parser.add_argument("--parked-runs", type=int, default=1000)
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = parser.parse_args()
+    args.only = set(args.only.split(","))
     result = asyncio.run(main_async(args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from capstan.audit.events import derive_events
 from capstan.audit.follow import HistoryFollower
 from capstan.cli.audit import register_audit
+from capstan.cli.codec import register_codec
 from capstan.cli.steering import register_steering
 from capstan.cli.support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
 from capstan.cli.support import client_for as _client
@@ -259,6 +260,17 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     return await run_demo(settings, scripted=args.scripted)
 
 
+async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.api.server import serve
+    from capstan.api.settings import ApiSettings
+
+    api = ApiSettings.from_env()
+    chosen = {"host": args.host, "port": args.port, "tokens_file": args.tokens}
+    api = api.model_copy(update={k: v for k, v in chosen.items() if v is not None})
+    await serve(settings, api)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capstan", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -307,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_steering(add)
     register_audit(add)
+    register_codec(add)
     p = add("server", cmd_server, "run the embedded Temporal dev server (and its Web UI)")
     p.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port+1000)")
     p.add_argument("--no-ui", action="store_true", help="run without the Web UI")
@@ -314,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("model", cmd_model_serve, "serve the bundled offline model: `capstan model serve`")
     p.add_argument("action", choices=["serve"])
     p.add_argument("--port", type=int, default=8765)
+    p = add("serve", cmd_serve, "the HTTP API, live event streams and the approval inbox")
+    p.add_argument("--host", default=None, help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port (default: 8700)")
+    p.add_argument("--tokens", type=Path, default=None, help="tokens file (TOML)")
     p = add("demo", cmd_demo, "a run that survives a killed worker, an approval and an audit")
     p.add_argument(
         "--scripted", action="store_true", help="use the scripted offline model, whatever is set"

@@ -7,6 +7,15 @@ token estimates (capped by the tool result budget) or from their length, scaled 
 calibration the last call measured (reported / estimated). No IO: the tokens of stored content
 were counted by the activity that stored it. A model failure that ends the run comes back as an
 `Ending` verdict; the loop records it (`capstan.core.transitions`).
+
+Hysteresis: a compaction must leave the next request at or under `RELIEF` of `compact_at`, or the
+ladder climbs at once (a prune that frees too little is followed by a summary in the same
+step). Without it a prune that ends just under the threshold runs again at the next step, and
+the next, rewriting the conversation every step. The climb is skipped when a summary could not
+get there either: when the pinned messages and the kept turns alone (`kept_tokens`, reported by
+the compaction) exceed the target, the window is too small for `keep_turns` and pruning each
+step is the cheaper way to stay inside it. Runs recorded before this rule
+(`ContextState.hysteresis` off, see `COMPACTION_PATCH`) keep their old decisions on replay.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from capstan.core.spec import TerminalReason
 from capstan.core.state import MAX_DIAGNOSTICS, Ending, RunState
 
 __all__ = [
+    "RELIEF",
     "Plan",
     "compact_request",
     "estimate_request",
@@ -34,6 +44,10 @@ __all__ = [
 ]
 
 Plan = Literal["warn", "prune", "summarize", "reject"]
+
+#: After a compaction the next request must fit in this share of `compact_at` (0.7 of the
+#: default 0.70: 49% of the usable window), so the window fills for many steps before the next.
+RELIEF = 0.7
 
 
 def _message_tokens(m: Message, cap: int) -> int:
@@ -63,7 +77,8 @@ def _stage_now(state: RunState) -> int:
 def plan(state: RunState) -> Plan | None:
     """What the window needs before the next model call, if anything.
 
-    Within one step the ladder only climbs: prune (stage 1), then summarise (stage 2); a request
+    Within one step the ladder only climbs: prune (stage 1), then summarise (stage 2) when the
+    prune left the request over `RELIEF` of `compact_at` (or over `emergency_at`); a request
     still over `reject_at` after both is not made.
     """
     if state.model is None:
@@ -80,11 +95,26 @@ def plan(state: RunState) -> Plan | None:
         return None
     if level >= policy.emergency_at and stage < 2:
         return "summarize"
+    if stage == 1 and _short_of_relief(state, level):
+        return "summarize"
     if level >= policy.warn_at and not state.context.warned and stage < 1:
         return "warn"
     if level >= policy.compact_at and stage < 1:
         return "prune"
     return None
+
+
+def _short_of_relief(state: RunState, level: float) -> bool:
+    """A prune left the request over the hysteresis target, and a summary could reach it."""
+    window, model = state.context, state.model
+    target = state.spec.context.compact_at * RELIEF
+    if not window.hysteresis or level <= target or model is None:
+        return False
+    if window.kept_tokens <= 0:  # not reported: assume a summary helps
+        return True
+    pending = estimate_request(state) - window.tokens
+    floor = int(window.kept_tokens * window.calibration) + pending
+    return floor / model.usable_window < target
 
 
 def compact_request(state: RunState, strategy: Plan) -> CompactInput:
@@ -141,9 +171,12 @@ def on_compacted(state: RunState, result: CompactResult) -> RunState:
             context=replace(window, warned=True),
             conversation=replace(state.conversation, pending=pending),
         )
+    changed = result.conversation is not None
     note = (
         f"compacted the context ({result.strategy}): ~{result.tokens_before} -> "
         f"~{result.tokens_after} tokens at step {state.step}"
+        if changed
+        else f"nothing to {result.strategy} at step {state.step}"
     )
     compacted = replace(
         window,
@@ -151,7 +184,8 @@ def on_compacted(state: RunState, result: CompactResult) -> RunState:
         compacted_step=state.step,
         compaction_stage=max(stage, _stage_now(state)),
         compaction_due=None,
-        compactions=window.compactions + 1,
+        compactions=window.compactions + (1 if changed else 0),
+        kept_tokens=result.kept_tokens,
     )
     head = result.conversation or state.conversation.head
     conversation = replace(state.conversation, head=head)

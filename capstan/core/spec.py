@@ -15,6 +15,7 @@ from capstan.core.content import Text
 from capstan.core.messages import Usage
 
 __all__ = [
+    "SANDBOX_TOOLS",
     "ActivityTuning",
     "Budgets",
     "ContextPolicy",
@@ -24,6 +25,7 @@ __all__ = [
     "RunResult",
     "RunSpec",
     "RunStatus",
+    "SandboxLimits",
     "TerminalReason",
     "ToolRule",
 ]
@@ -72,18 +74,21 @@ class ToolRule(BaseModel):
 class ActivityTuning(BaseModel):
     """Timeouts and retries for the run's activities (seconds).
 
-    Defaults suit real providers; tests shorten them so a killed worker is noticed quickly.
+    A worker that dies mid-call is noticed after the heartbeat timeout, so it is short: model
+    and tool activities heartbeat every 0.5-1 s (Temporal passes them on at most once a second),
+    and a run moves on about 2 s + the first retry + the worker's 1 s sticky timeout after its
+    worker was killed. Old runs keep the values recorded in their spec.
     """
 
     model_config = ConfigDict(frozen=True)
 
     model_start_to_close: float = 300.0
-    model_heartbeat: float = 10.0
+    model_heartbeat: float = 2.0
     model_max_attempts: int = 5
-    model_initial_retry: float = 1.0
+    model_initial_retry: float = 0.5
     model_max_retry: float = 60.0
     tool_default_timeout: float = 120.0
-    tool_heartbeat: float = 10.0
+    tool_heartbeat: float = 2.0
     tool_max_attempts: int = 3
 
 
@@ -147,6 +152,32 @@ class Budgets(BaseModel):
     wait_for_grant: bool = False
 
 
+#: The tools that run code in the jail: their calls carry the run's `SandboxLimits`.
+SANDBOX_TOOLS = ("run_shell", "run_python")
+
+
+class SandboxLimits(BaseModel):
+    """Limits of one `run_shell` / `run_python` call, enforced by the kernel inside the jail.
+
+    A call that reaches one is stopped and its observation names the limit. `processes` is
+    counted per call (the jail has its own user namespace); `memory_bytes` is address space,
+    so runtimes that reserve much more than they use (Go, the JVM) need more. `retryable`
+    false: a call interrupted by a lost worker is reported instead of run again.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    wall_seconds: float = Field(default=60.0, gt=0)
+    cpu_seconds: int = Field(default=60, ge=1)
+    memory_bytes: int = Field(default=1 << 30, ge=32 << 20)
+    processes: int = Field(default=64, ge=4)
+    file_bytes: int = Field(default=100 << 20, ge=1)
+    output_bytes: int = Field(default=1 << 20, ge=1024)
+    tmp_bytes: int = Field(default=64 << 20, ge=1 << 20)
+    network: bool = False
+    retryable: bool = True
+
+
 class RunSpec(BaseModel):
     """The input of one agent run.
 
@@ -181,6 +212,7 @@ class RunSpec(BaseModel):
     context: ContextPolicy = ContextPolicy()
     guards: GuardPolicy = GuardPolicy()
     budgets: Budgets = Budgets()
+    sandbox: SandboxLimits = SandboxLimits()
     #: the agent definition this spec was resolved from (`CAPSTAN_AGENTS`), for the record
     agent: str | None = None
 

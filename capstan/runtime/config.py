@@ -8,6 +8,10 @@ Two groups, each a pydantic-settings class whose fields name their variables:
   `TEMPORAL_*` variables and the `temporal.toml` profile file, exactly as the `temporal` CLI
   does (`capstan.runtime.temporal_connection`). With no address configured anywhere the
   embedded dev server on `127.0.0.1:CAPSTAN_TEMPORAL_PORT` is used.
+  The blob store (`CAPSTAN_BLOB_URL`, its cache) and the codec keys are here too: a client on
+  another machine must resolve and decrypt exactly what the workers wrote
+  (`capstan.runtime.blobs`, `capstan.runtime.codec`). S3 endpoint and credentials are the
+  standard `AWS_*` variables (`capstan.runtime.s3.S3Access`).
 - `ModelSettings`: what the worker's model activities read — which model the `default` profile
   is, the profiles file, streaming, the request timeout, provider endpoints.
 
@@ -24,9 +28,10 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from capstan.runtime.environment import ConfigError, EnvSettings
+from capstan.runtime.s3 import S3Access
 from capstan.runtime.temporal_connection import TemporalAccess, load_temporal_profile
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
 
 DEFAULT_PORT = 7233
 DEFAULT_LOCAL_MODEL_PORT = 8765
+DEFAULT_BLOB_CACHE_BYTES = 1 << 30
 
 #: The variable each provider's API key is read from when a profile names none (`api_key_env`).
 API_KEY_VARIABLES = {
@@ -62,7 +68,18 @@ class Settings(EnvSettings):
     policy_file: Path | None = Field(None, validation_alias="CAPSTAN_POLICY")
     identity: str = Field("", validation_alias="CAPSTAN_IDENTITY")
     finish_guard: str | None = Field(None, validation_alias="CAPSTAN_FINISH_GUARD")
+    mcp_file: Path | None = Field(None, validation_alias="CAPSTAN_MCP")
     agents_file: Path | None = Field(None, validation_alias="CAPSTAN_AGENTS")
+    blob_url: str | None = Field(None, validation_alias="CAPSTAN_BLOB_URL")
+    blob_cache_bytes: int = Field(
+        DEFAULT_BLOB_CACHE_BYTES, validation_alias="CAPSTAN_BLOB_CACHE_BYTES", ge=0
+    )
+    codec_keys: SecretStr | None = Field(None, validation_alias="CAPSTAN_CODEC_KEYS")
+    codec_key_file: Path | None = Field(None, validation_alias="CAPSTAN_CODEC_KEY_FILE")
+    codec_server_token: SecretStr | None = Field(
+        None, validation_alias="CAPSTAN_CODEC_SERVER_TOKEN"
+    )
+    s3: S3Access = S3Access()
     # The Temporal connection, from temporalio.envconfig (see the module docstring).
     temporal_address: str | None = None
     namespace: str = "default"
@@ -80,6 +97,7 @@ class Settings(EnvSettings):
             temporal_address=profile.address,
             namespace=profile.namespace or "default",
             temporal=profile.access,
+            s3=S3Access.from_env(env),
         )
 
     @property

@@ -38,6 +38,13 @@ UI_PORT_OFFSET = 1000
 # workflow task on a 50 ms grid (measured: an activity round trip falls from ~48 ms to ~14 ms).
 FAST_DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
 
+# SQLite in WAL mode (measured: the default rollback journal makes each iteration ~1.3x slower).
+# synchronous=NORMAL: a commit reaches the operating system before the server answers, so a
+# crash of the server process (or of anything else) loses nothing; only a power loss or an OS
+# crash can undo the last commits before the WAL was synced (the database stays consistent).
+# FULL would sync every commit to disk, paying for that window with a sync per commit.
+SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=NORMAL")
+
 
 class EmbeddedServerError(RuntimeError):
     """The embedded server could not be started or reached."""
@@ -130,6 +137,8 @@ class EmbeddedServer:
         ]
         for value in FAST_DYNAMIC_CONFIG:
             cmd += ["--dynamic-config-value", value]
+        for pragma in SQLITE_PRAGMAS:
+            cmd += ["--sqlite-pragma", pragma]
         return cmd
 
     def _ui_flags(self) -> list[str]:

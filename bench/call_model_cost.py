@@ -1,0 +1,185 @@
+"""`call_model`'s own cost as the conversation grows, with the provider round trip taken out.
+
+A run of `steps` model calls is simulated in-process exactly as a worker sees it: each call gets
+the previous head plus the last step's tool results (three 500-byte outputs), and the provider is
+an instant in-process `httpx.MockTransport`, so what is timed is the worker's side: loading the
+chain, rendering, counting tokens, building the wire request, parsing the reply and appending
+the new segment. The adapter's share (building the wire body, JSON-encoding it, the in-process
+exchange, parsing the reply) is timed apart and reported as `wire`: it is O(conversation) for
+any chat-completions API. Reported: the median per call around step 20 and around step 300,
+their ratio, and call_model at step 300 on a worker with cold caches (just restarted).
+
+    python -m bench.call_model_cost [--steps 320]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from capstan.activities import model as model_module
+from capstan.activities.model import ModelActivities
+from capstan.core.activity_io import CallModelInput
+from capstan.core.content import BlobRef
+from capstan.core.messages import Message
+from capstan.runtime.blobstore import ContentStore, LocalBlobStore
+
+__all__ = ["measure"]
+
+TOOLS = [
+    {
+        "name": f"tool_{i}",
+        "description": f"tool number {i}, which does something useful",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+    for i in range(8)
+]
+
+
+def _reply(request: httpx.Request) -> httpx.Response:
+    # the body is not parsed: the provider's side of the exchange is not what is measured
+    step = len(request.content)
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": f"c{step}-{k}",
+                "type": "function",
+                "function": {"name": "tool_1", "arguments": json.dumps({"path": f"d{step}/{k}"})},
+            }
+            for k in range(3)
+        ],
+    }
+    usage = {"prompt_tokens": len(request.content) // 4, "completion_tokens": 20}
+    reply = {"model": "bench", "choices": [{"message": message, "finish_reason": "tool_calls"}]}
+    return httpx.Response(200, json={**reply, "usage": usage})
+
+
+def _results(step: int, calls: tuple[str, ...]) -> tuple[Message, ...]:
+    return tuple(
+        Message(
+            role="tool",
+            content=f"{step}:{call}:" + ("output line of a tool\n" * 24)[:480],
+            tool_call_id=call,
+            name="tool_1",
+            origin="tool",
+            step=step,
+        )
+        for call in calls
+    )
+
+
+def _activities(root: Path, http: httpx.AsyncClient) -> tuple[ModelActivities, BlobRef]:
+    content = ContentStore(LocalBlobStore(root))
+    env = {
+        "CAPSTAN_MODEL": "openai:bench",
+        "OPENAI_BASE_URL": "http://bench/v1",
+        "CAPSTAN_STREAM": "0",
+    }
+    tools = content.store_bytes(json.dumps(TOOLS).encode())
+    return ModelActivities(content, env, http), tools
+
+
+class _Timed:
+    """The adapter of one call, timed: its share is the provider exchange, not call_model's."""
+
+    def __init__(self, inner: Any, spent: list[float]) -> None:
+        self.inner, self.spent = inner, spent
+
+    async def complete(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await self.inner.complete(*args, **kwargs)
+        finally:
+            self.spent.append(time.perf_counter() - started)
+
+
+async def _one(models: ModelActivities, request: CallModelInput) -> tuple[float, float, Any]:
+    """(call_model's own seconds, the adapter's seconds, the reply)."""
+    spent: list[float] = []
+    original = model_module.adapter_for
+    model_module.adapter_for = lambda profile, http: _Timed(original(profile, http), spent)
+    try:
+        started = time.perf_counter()
+        reply = await models.call_model(request)
+        took = time.perf_counter() - started
+    finally:
+        model_module.adapter_for = original
+    return took - sum(spent), sum(spent), reply
+
+
+async def _sequence(root: Path, http: httpx.AsyncClient, steps: int) -> dict[str, list[float]]:
+    """One simulated run: per-call own and adapter seconds, and cold calls at the end."""
+    models, tools = _activities(root, http)
+    head: BlobRef | None = None
+    pending: tuple[Message, ...] = (
+        Message(role="system", content="You are a bench.", origin="system"),
+        Message(role="user", content="do the bench"),
+    )
+    own: list[float] = []
+    wire: list[float] = []
+    for step in range(1, steps + 1):
+        request = CallModelInput(
+            run_id="bench", step=step, profile="default", conversation=head,
+            new_messages=pending, tools=tools,
+        )  # fmt: skip
+        took, adapter, reply = await _one(models, request)
+        own.append(took)
+        wire.append(adapter)
+        head = reply.conversation
+        pending = _results(step, tuple(c.id for c in reply.message.tool_calls))
+    cold = [(await _one(_activities(root, http)[0], request))[0] for _ in range(3)]
+    return {"own": own, "wire": wire, "cold": cold}
+
+
+def _ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 3)
+
+
+async def measure(steps: int = 320, repeats: int = 5) -> dict[str, Any]:
+    """Medians over `repeats` simulated runs of the per-call time near step 20 and step 300."""
+    near_20: list[float] = []
+    near_300: list[float] = []
+    wire_20: list[float] = []
+    wire_300: list[float] = []
+    cold: list[float] = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(_reply)) as http:
+                run = await _sequence(Path(tmp), http, steps)
+        near_20 += run["own"][10:30]
+        near_300 += run["own"][290:310]
+        wire_20 += run["wire"][10:30]
+        wire_300 += run["wire"][290:310]
+        cold += run["cold"]
+    return {
+        "steps": steps,
+        "repeats": repeats,
+        "own_ms_at_step_20": _ms(near_20),
+        "own_ms_at_step_300": _ms(near_300),
+        "own_ratio_300_to_20": round(statistics.median(near_300) / statistics.median(near_20), 3),
+        "own_ms_at_step_300_cold_worker": _ms(cold),
+        "wire_ms_at_step_20": _ms(wire_20),
+        "wire_ms_at_step_300": _ms(wire_300),
+        "target": "own ratio <= 1.3 and own <= 2 ms at step 20",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=320)
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(measure(args.steps)), indent=2))
+
+
+if __name__ == "__main__":
+    main()

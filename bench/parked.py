@@ -1,0 +1,181 @@
+"""Parked runs: many runs waiting for approval on one worker, and what they cost it.
+
+`runs` runs each ask to run a tool that needs approval and wait; the worker process's resident
+memory is read before and after they park. Then a sample is approved one at a time and the time
+from the decision to the tool starting is measured. The floor: the same number of bare sandboxed
+workflows waiting for a signal on an SDK-only worker (`bench/bare_worker.py`), and signal ->
+activity on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench.workers import bare_worker, capstan_worker, polling, rss_bytes, stop, until
+from capstan.client.runs import CapstanClient
+from capstan.core.spec import RunSpec
+from capstan.core.steering import ApprovalRequest
+from capstan.runtime.config import Settings
+from capstan.testing.fake_provider import FakeProvider, Reply, call, say
+
+__all__ = ["parked"]
+
+MB = 1024 * 1024
+
+
+def _script(step: int, messages: list[dict[str, Any]]) -> Reply:
+    task = next(str(m["content"]) for m in messages if m["role"] == "user")
+    if step == 0:
+        return say(call("append_line", path=f"{task.split()[-1]}.txt", line="approved"))
+    return say(call("finish", answer="done"))
+
+
+async def _gather_limited(jobs: list[Any], limit: int = 20) -> list[Any]:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job: Any) -> Any:
+        async with gate:
+            return await job
+
+    return await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def _settled(pid: int) -> int:
+    """RSS once it stops moving (the worker finishes its last activations)."""
+    last = rss_bytes(pid)
+    for _ in range(20):
+        await asyncio.sleep(0.5)
+        now = rss_bytes(pid)
+        if abs(now - last) < MB // 2:
+            return now
+        last = now
+    return last
+
+
+async def _capstan(client: CapstanClient, base: Settings, runs: int, sample: int) -> dict[str, Any]:
+    settings = base.model_copy(update={"task_queue": f"park-{uuid.uuid4().hex[:8]}"})
+    settings.workspace_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    own = CapstanClient(client.client, settings)
+    with FakeProvider(_script) as fake:
+        env = {"CAPSTAN_MODEL": "openai:fake", "OPENAI_BASE_URL": fake.base_url}
+        log = settings.data_dir / f"{settings.task_queue}.log"
+        worker = capstan_worker(settings, env, log)
+        try:
+            await polling(log)
+            # warm up: a few runs through the whole path (lazy imports, caches, arenas)
+            warm = await _start(own, settings.task_queue, "warm", 5)
+            await until(lambda: len(fake.requests) >= 5, 120)
+            for i, request in enumerate(await _gather_limited([_parked(own, r) for r in warm])):
+                path = settings.workspace_dir / f"{settings.task_queue}-warm{i}.txt"
+                await _approve(own, request, path)
+            idle = await _settled(worker.pid)
+            ids = await _start(own, settings.task_queue, "", runs)
+            await until(lambda: len(fake.requests) >= runs + 10, 600)
+            requests = await _gather_limited([_parked(own, r) for r in ids])
+            full = await _settled(worker.pid)
+            latencies = [
+                await _approve(
+                    own, request, settings.workspace_dir / f"{settings.task_queue}-{i}.txt"
+                )
+                for i, request in enumerate(requests[:sample])
+            ]
+        finally:
+            stop(worker)
+    return {"idle_rss": idle, "parked_rss": full, "latencies": latencies}
+
+
+async def _start(client: CapstanClient, queue: str, label: str, count: int) -> list[str]:
+    specs = [
+        RunSpec(task=f"park {queue}-{label}{i}", allowed_tools=("append_line",))
+        for i in range(count)
+    ]
+    started: list[str] = await _gather_limited([client.start_run(s) for s in specs])
+    return started
+
+
+async def _parked(client: CapstanClient, run_id: str) -> tuple[str, ApprovalRequest]:
+    for _ in range(600):
+        approvals = (await client.pending(run_id)).approvals
+        if approvals:
+            return run_id, approvals[0]
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"{run_id} never asked for approval")
+
+
+async def _approve(
+    client: CapstanClient, parked: tuple[str, ApprovalRequest], effect: Path
+) -> float:
+    """Decision signal -> the tool's effect (request and hash known, as in an inbox: no query)."""
+    run_id, request = parked
+    started = time.monotonic()
+    await client.decide(run_id, "approve", request.request_id, args_hash=request.args_hash)
+    await until(effect.exists, 60, every=0.002)
+    return time.monotonic() - started
+
+
+async def _floor(client: CapstanClient, base: Settings, runs: int, sample: int) -> dict[str, Any]:
+    queue = f"park-floor-{uuid.uuid4().hex[:8]}"
+    marks = base.data_dir / "parked-marks"
+    marks.mkdir(parents=True, exist_ok=True)
+    worker = bare_worker(client.settings.address, queue, marks)
+    try:
+        for i in range(5):  # warm up, as for Capstan
+            name = f"{queue}-warm{i}"
+            warm = await client.client.start_workflow(
+                "ParkedFloorWorkflow", name, id=name, task_queue=queue
+            )
+            await warm.signal("go")
+            await until((marks / f"tick-{name}").exists, 60)
+        idle = await _settled(worker.pid)
+        names = [f"{queue}-{i}" for i in range(runs)]
+        handles = await _gather_limited(
+            [
+                client.client.start_workflow("ParkedFloorWorkflow", n, id=n, task_queue=queue)
+                for n in names
+            ]
+        )
+        await asyncio.sleep(3.0)  # each parks at its first workflow task
+        full = await _settled(worker.pid)
+        latencies = []
+        for name, handle in list(zip(names, handles, strict=True))[:sample]:
+            started = time.monotonic()
+            await handle.signal("go")
+            await until((marks / f"tick-{name}").exists, 60, every=0.002)
+            latencies.append(time.monotonic() - started)
+    finally:
+        stop(worker)
+    return {"idle_rss": idle, "parked_rss": full, "latencies": latencies}
+
+
+def _report(found: dict[str, Any], runs: int) -> dict[str, Any]:
+    return {
+        "idle_rss_mb": round(found["idle_rss"] / MB, 1),
+        "parked_rss_mb": round(found["parked_rss"] / MB, 1),
+        "kb_per_parked_run": round((found["parked_rss"] - found["idle_rss"]) / runs / 1024, 1),
+        "decision_to_activity_ms_p50": round(statistics.median(found["latencies"]) * 1000, 1),
+    }
+
+
+async def parked(
+    client: CapstanClient, base: Settings, runs: int, sample: int = 20
+) -> dict[str, Any]:
+    capstan = _report(await _capstan(client, base, runs, sample), runs)
+    floor = _report(await _floor(client, base, runs, sample), runs)
+    return {
+        "runs": runs,
+        "capstan": capstan,
+        "floor": floor,
+        "capstan_rss_at_1000_runs_mb": round(
+            capstan["idle_rss_mb"] + capstan["kb_per_parked_run"] * 1000 / 1024, 1
+        ),
+        "approve_to_activity_ratio": round(
+            capstan["decision_to_activity_ms_p50"] / floor["decision_to_activity_ms_p50"], 3
+        ),
+        "targets": "1,000 parked runs <= 150 MB worker RSS; approve ratio <= 1.5",
+    }
