@@ -17,19 +17,10 @@ from temporalio.api.workflowservice.v1 import GetWorkflowExecutionHistoryRequest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from capstan.audit.history import Entry, decode_history, first_run_id
+from capstan.audit.history import CLOSING, Entry, decode_history, first_run_id
 from capstan.runtime.codec import decrypt_events
 
 __all__ = ["HistoryFollower"]
-
-_CLOSED = {
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED,
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW,
-}
 
 
 class HistoryFollower:
@@ -65,7 +56,7 @@ class HistoryFollower:
             return False
         last = self._events[-1]
         return (
-            last.event_type in _CLOSED
+            last.event_type in CLOSING
             and last.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
         )
 

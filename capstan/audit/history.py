@@ -23,7 +23,7 @@ from capstan.core.steering import STEER, SteeringInput, by_signal
 from capstan.core.workflow_io import REQUESTS_MEMO, AgentInput, OpenRequests
 from capstan.runtime.codec import decrypt_history
 
-__all__ = ["Entry", "decode_history", "load_histories"]
+__all__ = ["CLOSING", "Entry", "decode_history", "first_run_id", "load_histories"]
 
 ACTIVITY_TYPES: dict[str, tuple[Any, Any]] = {
     name.value: (spec.input, spec.result) for name, spec in ACTIVITIES.items()
@@ -256,7 +256,7 @@ async def load_histories(
             # encrypted payloads (a codec) are decrypted with the client's keys, once
             cached = await decrypt_history(fetched, client.data_converter)
         last = cached.events[-1] if cached.events else None
-        if closed is not None and last is not None and last.event_type in _CLOSING:
+        if closed is not None and last is not None and last.event_type in CLOSING:
             closed[run_id] = cached
         histories.append(cached)
         run_id = _continued_to(last)
@@ -280,7 +280,7 @@ def _continued_to(last: HistoryEvent | None) -> str | None:
     return last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id or None
 
 
-_CLOSING = {
+CLOSING = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT,

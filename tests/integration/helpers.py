@@ -69,13 +69,17 @@ async def record_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    """The `capstan` command as a user runs it, pointed at the test's server and data dir."""
+def run_cli(
+    settings: Settings, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """The `capstan` command as a user runs it, pointed at the test's server and data dir
+    (`env`: more variables, or overrides)."""
     env = {
         **os.environ,
         "TEMPORAL_ADDRESS": settings.address,
         "CAPSTAN_TASK_QUEUE": settings.task_queue,
         "CAPSTAN_DATA_DIR": str(settings.data_dir),
+        **(env or {}),
     }
     return subprocess.run(
         [sys.executable, "-m", "capstan", *args],

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,30 +16,13 @@ from capstan.core.spec import TerminalReason
 from capstan.core.workflow_io import AgentInput
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
-from tests.integration.helpers import running_worker
+from tests.integration.helpers import run_cli, running_worker
 
 pytestmark = pytest.mark.server
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _cli(settings: Settings, agents: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": settings.address,
-        "CAPSTAN_TASK_QUEUE": settings.task_queue,
-        "CAPSTAN_DATA_DIR": str(settings.data_dir),
-        "CAPSTAN_AGENTS": str(agents),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "capstan", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-    )
+    return run_cli(settings, *args, env={"CAPSTAN_AGENTS": str(agents)})
 
 
 async def test_run_an_agent_and_a_spec_file(

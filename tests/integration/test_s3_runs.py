@@ -5,9 +5,7 @@ a store that fails under a run ends it by the error taxonomy with a line naming 
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import boto3
@@ -18,7 +16,7 @@ from capstan.runtime.config import ConfigError, Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
 from capstan.worker import run_worker
 from tests.conftest import S3Server
-from tests.integration.helpers import ROOT
+from tests.integration.helpers import run_cli
 from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_pending
 
@@ -52,23 +50,8 @@ def cli(
     settings: Settings, server: S3Server, data_dir: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
     """`capstan ...` on another machine: same server, bucket and task queue, its own data dir."""
-    env = {
-        **os.environ,
-        **server.env(),
-        "TEMPORAL_ADDRESS": settings.address,
-        "CAPSTAN_TASK_QUEUE": settings.task_queue,
-        "CAPSTAN_DATA_DIR": str(data_dir),
-        "CAPSTAN_BLOB_URL": settings.blob_url or "",
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "capstan", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=ROOT,
-    )
+    extra = {**server.env(), "CAPSTAN_DATA_DIR": str(data_dir)}
+    return run_cli(settings, *args, env={**extra, "CAPSTAN_BLOB_URL": settings.blob_url or ""})
 
 
 async def test_a_run_on_s3_is_read_and_audited_from_another_machine(
