@@ -62,7 +62,15 @@ from capstan.core.limits import HistoryGauge
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.policy import rule_of_two_applies
 from capstan.core.spec import FinishMode, RunSpec, RunStatus, TerminalReason
-from capstan.core.state import MAX_RECORDS, Conversation, Ending, RunState, Segment, Turn
+from capstan.core.state import (
+    MAX_DIAGNOSTICS,
+    MAX_RECORDS,
+    Conversation,
+    Ending,
+    RunState,
+    Segment,
+    Turn,
+)
 from capstan.core.steering import ApprovalRecord
 from capstan.core.tooling import FINISH_TOOL, ToolFailed, ToolInfo, ToolOutcome, ToolSucceeded
 from capstan.core.transitions import (
@@ -142,7 +150,9 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
         case ToolsLoaded(catalog=catalog):
             expect(state, ("starting",), outcome.kind)
             rule_of_two = rule_of_two_applies(catalog, state.spec)
-            return replace(state, catalog=catalog, rule_of_two=rule_of_two)
+            # why a tool source is missing (an MCP server down at listing) shows in `status`
+            noted = (*state.diagnostics, *catalog.diagnostics)[-MAX_DIAGNOSTICS:]
+            return replace(state, catalog=catalog, rule_of_two=rule_of_two, diagnostics=noted)
         case ToolsUnavailable(error=error):
             expect(state, ("starting",), outcome.kind)
             problem = f"could not list the run's tools: {error}"

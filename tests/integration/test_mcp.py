@@ -248,6 +248,7 @@ async def test_a_server_down_at_listing(agent: Agent, tmp_path: Path) -> None:
     assert not any(n.startswith("gone__") for n in catalog.names)
     (diagnostic,) = catalog.diagnostics
     assert diagnostic.startswith("cannot start MCP server gone: No such file or directory")
+    assert diagnostic in run.status.diagnostics  # `capstan status` says why the tools are missing
     assert failed.result.terminal_reason is TerminalReason.FAILED
     assert failed.result.error == (
         "could not list the run's tools: cannot start MCP server gone: No such file or "
