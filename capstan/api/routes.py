@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from pathlib import Path as FilePath
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Header, Path, Query
@@ -22,6 +23,7 @@ from capstan.api.tenancy import RUN_ID_PATTERN, Tenancy
 from capstan.audit.history import decode_history, load_histories
 from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail, verify_chain
+from capstan.client.agents import AgentsError, resolve_agent
 from capstan.client.runs import CapstanError, RunSummary
 from capstan.client.transcript import StepView, build_transcript
 from capstan.core.spec import RunSpec, RunStatus, TerminalReason
@@ -66,13 +68,27 @@ async def whoami(principal: Reader) -> Whoami:
 async def start_run(
     spec: RunSpec, runs: Runs, principal: Annotated[Principal, Depends(writer(Scope.STEER))]
 ) -> StartedRun:
-    """Start a run (`capstan run --json`); it belongs to the token's tenant."""
+    """Start a run (`capstan run --json`); it belongs to the token's tenant. With `agent`, the
+    server's agent definition (`CAPSTAN_AGENTS`) is the spec and the body's fields override it."""
     weakened = _weakened(spec)
     if weakened and not principal.may(Scope.ADMIN):
         raise ApiError(
             403, "forbidden", f"only an admin token may start a run with {', '.join(weakened)}"
         )
+    if spec.agent is not None:
+        spec = _from_agent(spec, runs.client.settings.agents_file)
     return StartedRun(run_id=await runs.start(spec, principal))
+
+
+def _from_agent(body: RunSpec, agents_file: FilePath | None) -> RunSpec:
+    if agents_file is None:
+        raise ApiError(422, "invalid", "this server has no agent definitions", field="body.agent")
+    overrides = body.model_dump(exclude_unset=True, exclude={"task", "agent"})
+    try:
+        return resolve_agent(agents_file, str(body.agent), body.task, **overrides)
+    except AgentsError as exc:
+        message = str(exc).replace(f"{agents_file}: ", "")  # no server paths in answers
+        raise ApiError(422, "invalid", message, field="body.agent") from None
 
 
 @router.get("/runs", response_model=list[RunSummary], tags=["runs"])

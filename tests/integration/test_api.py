@@ -19,9 +19,11 @@ from capstan.api.backend import WriteLimiter
 from capstan.api.errors import ApiError
 from capstan.api.settings import ApiSettings
 from capstan.api.steer_routes import body_model
+from capstan.client.runs import CapstanClient
 from capstan.client.transcript import build_transcript
 from capstan.core.spec import TerminalReason
 from capstan.core.steering import STEERING_TYPES
+from capstan.core.workflow_io import AgentInput
 from capstan.runtime.config import Settings
 from capstan.runtime.environment import ConfigError
 from capstan.testing.fake_provider import call, say
@@ -358,3 +360,26 @@ def test_tokens_file(tmp_path) -> None:
         load_tokens(ApiSettings())
     with pytest.raises(ConfigError, match="at least 16"):
         load_tokens(ApiSettings(token="short"))
+
+
+async def test_a_run_from_an_agent_definition(agent: Agent, tmp_path) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text('[lister]\nsystem_prompt = "You list."\nallowed_tools = ["list_dir"]\n')
+    settings = agent.client.settings.model_copy(update={"agents_file": agents})
+    client = CapstanClient(agent.client.client, settings)
+    async with api_client(app_for(client)) as http:
+        body = {"task": "list", "agent": "lister", "max_steps": 3}
+        r = await http.post("/api/runs", json=body, headers=auth(ALICE))
+        assert r.status_code == 201, r.text
+        run_id = r.json()["run_id"]
+        bad = {"task": "list", "agent": "nobody"}
+        r = await http.post("/api/runs", json=bad, headers=auth(ALICE))
+    assert r.status_code == 422 and r.json()["error"]["field"] == "body.agent"
+    assert "no agent 'nobody'" in r.json()["error"]["message"]
+    assert str(tmp_path) not in r.text  # no server paths in answers
+    history = await client.handle(run_id).fetch_history()
+    (payload,) = history.events[0].workflow_execution_started_event_attributes.input.payloads
+    spec = AgentInput.model_validate_json(payload.data).spec
+    assert spec.agent == "lister" and spec.system_prompt == "You list." and spec.max_steps == 3
+    assert spec.allowed_tools == ("list_dir",)
+    await client.cancel(run_id)
