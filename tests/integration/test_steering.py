@@ -108,7 +108,8 @@ async def test_rejected_decisions(agent: Agent, workspace) -> None:
 
 async def test_mixed_decisions_on_parallel_calls(agent: Agent, workspace) -> None:
     script = [
-        say(write("keep.txt"), write("drop.txt"), call("list_dir")),
+        say(write("keep.txt"), write("drop.txt")),
+        say(call("list_dir")),  # its own step: in the same turn it would race the writes
         say(call("finish", answer="ok")),
     ]
     async with agent.serving(script) as live:
@@ -122,7 +123,8 @@ async def test_mixed_decisions_on_parallel_calls(agent: Agent, workspace) -> Non
     assert sorted(p.name for p in workspace.iterdir()) == ["keep.txt"]
     observations = [m["content"] for m in run.messages(1, "tool")]
     assert observations[0].startswith("wrote") and "denied" in observations[1]
-    assert "keep.txt" in observations[2]
+    (listing,) = [m["content"] for m in run.messages(2, "tool")][-1:]
+    assert "keep.txt" in listing and "drop.txt" not in listing
 
 
 async def test_pause_schedules_nothing_and_messages_wait(agent: Agent, workspace) -> None:
