@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -32,6 +32,7 @@ from temporalio.worker import Worker
 
 from capstan.activities.compaction import CompactionActivities
 from capstan.activities.model import ModelActivities
+from capstan.activities.notify import NotifyActivities
 from capstan.activities.tokens import count_tokens
 from capstan.activities.tool_runner import FinishGuard, ToolActivities
 from capstan.activities.tools.builtins import LOOP_TOOL_SPECS, builtin_tools
@@ -45,9 +46,11 @@ from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import ConfigError, ModelSettings, Settings
 from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
 from capstan.runtime.environment import validation_summary
+from capstan.runtime.health import Health, blob_check, serve_health, temporal_check
 from capstan.runtime.local_model import local_model_env
 from capstan.runtime.telemetry import Instruments, configure_from_env
 from capstan.runtime.temporal_connection import TemporalConnectError
+from capstan.runtime.webhooks import load_webhooks
 from capstan.workflows.agent import AgentWorkflow
 
 __all__ = [
@@ -124,6 +127,9 @@ def build_worker(
         telemetry=telemetry,
     )
     compaction = CompactionActivities(content, models, http, count_tokens)
+    worker_env = env if env is not None else os.environ
+    hooks = load_webhooks(settings.webhooks_file)  # secrets are read per post, not here
+    notify = NotifyActivities(hooks, worker_env, http, content, settings.inbox_url)
     jail = sandbox_jail(settings, env if env is not None else os.environ)
     registry = build_registry(settings.tools_module, jail)
     mcp = build_mcp(settings, env if env is not None else os.environ, content, registry)
@@ -143,7 +149,7 @@ def build_worker(
         "build_id": _build_id(),
         # a cached run costs ~250 KB; an evicted one is replayed from history when it next
         # moves (~10-20 ms for a short history), so runs parked for a person cost nothing here
-        "max_cached_workflows": 128,
+        "max_cached_workflows": settings.max_cached_runs,  # CAPSTAN_MAX_CACHED_RUNS
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
         # workflow spans even when the client that started the run does not trace
@@ -164,6 +170,7 @@ def build_worker(
             tools.list_tools,
             tools.run_tool,
             tools.check_finish,
+            notify.notify_request,
         ],
         **options,  # type: ignore[arg-type]
     )
@@ -259,13 +266,48 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     load_policy(settings.policy_file)
     load_finish_guard(settings.finish_guard)
     load_mcp(settings.mcp_file, os.environ, build_registry(settings.tools_module).names())
+    load_webhooks(settings.webhooks_file, os.environ)  # every URL and secret resolves
     check_blob_store(blob_store_for(settings), settings)  # reachable, bucket there, keys valid
     configure_from_env()
+    health = Health()  # alive from here on (the embedded server may take a while), not ready
     with local_model_env(dict(os.environ), settings.data_dir) as env:
-        async with temporal_for(settings) as client, httpx.AsyncClient() as http:
-            async with build_worker(client, settings, http, env):
-                log.info("worker polling task queue %r", settings.task_queue)
-                await stop.wait()
+        async with (
+            serve_health(health, settings.health_host, settings.health_port),
+            temporal_for(settings) as client,
+            httpx.AsyncClient() as http,
+        ):
+            grace = timedelta(seconds=settings.shutdown_grace)
+            worker = build_worker(client, settings, http, env, graceful_shutdown_timeout=grace)
+            await _poll_until(stop, worker, client, settings, health)
+
+
+async def _poll_until(
+    stop: asyncio.Event, worker: Worker, client: Client, settings: Settings, health: Health
+) -> None:
+    """Poll until `stop`; then drain: not ready at once, no new tasks, and the activities
+    already running get `CAPSTAN_SHUTDOWN_GRACE` seconds to finish and report before the
+    worker cancels them (so a SIGTERM mid-tool is not a retry)."""
+    async with worker:
+        health.watch(
+            {
+                "worker": _polling(worker),
+                "temporal": temporal_check(client),
+                "blobs": blob_check(blob_store_for(settings)),
+            }
+        )
+        log.info("worker polling task queue %r", settings.task_queue)
+        await stop.wait()
+        health.draining = True
+        log.info("draining: no new tasks; running activities get %gs", settings.shutdown_grace)
+    log.info("worker stopped")
+
+
+def _polling(worker: Worker) -> Callable[[], Awaitable[None]]:
+    async def check() -> None:
+        if not worker.is_running:
+            raise RuntimeError("the worker is not polling (it stopped on an error; see its log)")
+
+    return check
 
 
 def main() -> None:

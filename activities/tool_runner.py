@@ -22,6 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from capstan.activities.heartbeat import with_heartbeat
+from capstan.activities.tools.builtins import delegate_spec
 from capstan.activities.tools.mcp import McpBrokenError, McpListing, McpRequiredError, McpTools
 from capstan.activities.tools.registry import ToolContext, ToolRegistry
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
@@ -70,6 +71,8 @@ class ToolActivities:
         specs = self.registry.specs(request.allowed)
         listing = await self._mcp_listing(request.allowed)
         specs += listing.specs
+        if request.delegates:  # the loop and the workflow handle it (a child run)
+            specs.append(delegate_spec(request.delegates))
         data = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True)
         ref = await asyncio.to_thread(self.content.store_bytes, data.encode("utf-8"))
         timeouts = {s.name: s.timeout_seconds for s in specs if s.timeout_seconds}

@@ -5,9 +5,12 @@ the previous head plus the last step's tool results (three 500-byte outputs), an
 an instant in-process `httpx.MockTransport`, so what is timed is the worker's side: loading the
 chain, rendering, counting tokens, building the wire request, parsing the reply and appending
 the new segment. The adapter's share (building the wire body, JSON-encoding it, the in-process
-exchange, parsing the reply) is timed apart and reported as `wire`: it is O(conversation) for
-any chat-completions API. Reported: the median per call around step 20 and around step 300,
-their ratio, and call_model at step 300 on a worker with cold caches (just restarted).
+exchange, parsing the reply) is timed apart and reported as `wire`: the API takes the whole
+conversation, so it is O(conversation) in bytes, but each message is encoded once per worker
+(`providers/wire_cache.py`). Reported: the median per call around step 20 and around step 300,
+their ratio, and call_model at step 300 on a worker with cold caches (just restarted); the same
+in CPU time of the process (`own_cpu`: every thread, the adapter's share taken out), which other
+processes on a loaded machine do not inflate the way they inflate wall time.
 
     python -m bench.call_model_cost [--steps 320]
 """
@@ -92,29 +95,33 @@ def _activities(root: Path, http: httpx.AsyncClient) -> tuple[ModelActivities, B
 class _Timed:
     """The adapter of one call, timed: its share is the provider exchange, not call_model's."""
 
-    def __init__(self, inner: Any, spent: list[float]) -> None:
-        self.inner, self.spent = inner, spent
+    def __init__(self, inner: Any, spent: list[float], cpu: list[float]) -> None:
+        self.inner, self.spent, self.cpu = inner, spent, cpu
 
     async def complete(self, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         try:
             return await self.inner.complete(*args, **kwargs)
         finally:
             self.spent.append(time.perf_counter() - started)
+            self.cpu.append(time.process_time() - started_cpu)
 
 
-async def _one(models: ModelActivities, request: CallModelInput) -> tuple[float, float, Any]:
-    """(call_model's own seconds, the adapter's seconds, the reply)."""
+async def _one(models: ModelActivities, request: CallModelInput) -> tuple[float, float, float, Any]:
+    """(call_model's own seconds, the adapter's seconds, call_model's own CPU seconds (all
+    threads of the process: what other processes on a loaded machine do not inflate), the
+    reply)."""
     spent: list[float] = []
+    cpu: list[float] = []
     original = model_module.adapter_for
-    model_module.adapter_for = lambda profile, http: _Timed(original(profile, http), spent)
+    model_module.adapter_for = lambda profile, http: _Timed(original(profile, http), spent, cpu)
     try:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         reply = await models.call_model(request)
-        took = time.perf_counter() - started
+        took, took_cpu = time.perf_counter() - started, time.process_time() - started_cpu
     finally:
         model_module.adapter_for = original
-    return took - sum(spent), sum(spent), reply
+    return took - sum(spent), sum(spent), took_cpu - sum(cpu), reply
 
 
 async def _sequence(root: Path, http: httpx.AsyncClient, steps: int) -> dict[str, list[float]]:
@@ -127,18 +134,20 @@ async def _sequence(root: Path, http: httpx.AsyncClient, steps: int) -> dict[str
     )
     own: list[float] = []
     wire: list[float] = []
+    own_cpu: list[float] = []
     for step in range(1, steps + 1):
         request = CallModelInput(
             run_id="bench", step=step, profile="default", conversation=head,
             new_messages=pending, tools=tools,
         )  # fmt: skip
-        took, adapter, reply = await _one(models, request)
+        took, adapter, took_cpu, reply = await _one(models, request)
         own.append(took)
         wire.append(adapter)
+        own_cpu.append(took_cpu)
         head = reply.conversation
         pending = _results(step, tuple(c.id for c in reply.message.tool_calls))
     cold = [(await _one(_activities(root, http)[0], request))[0] for _ in range(3)]
-    return {"own": own, "wire": wire, "cold": cold}
+    return {"own": own, "wire": wire, "own_cpu": own_cpu, "cold": cold}
 
 
 def _ms(values: list[float]) -> float:
@@ -152,6 +161,8 @@ async def measure(steps: int = 320, repeats: int = 5) -> dict[str, Any]:
     wire_20: list[float] = []
     wire_300: list[float] = []
     cold: list[float] = []
+    cpu_20: list[float] = []
+    cpu_300: list[float] = []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             async with httpx.AsyncClient(transport=httpx.MockTransport(_reply)) as http:
@@ -160,6 +171,8 @@ async def measure(steps: int = 320, repeats: int = 5) -> dict[str, Any]:
         near_300 += run["own"][290:310]
         wire_20 += run["wire"][10:30]
         wire_300 += run["wire"][290:310]
+        cpu_20 += run["own_cpu"][10:30]
+        cpu_300 += run["own_cpu"][290:310]
         cold += run["cold"]
     return {
         "steps": steps,
@@ -170,6 +183,9 @@ async def measure(steps: int = 320, repeats: int = 5) -> dict[str, Any]:
         "own_ms_at_step_300_cold_worker": _ms(cold),
         "wire_ms_at_step_20": _ms(wire_20),
         "wire_ms_at_step_300": _ms(wire_300),
+        "own_cpu_ms_at_step_20": _ms(cpu_20),
+        "own_cpu_ms_at_step_300": _ms(cpu_300),
+        "own_cpu_ratio_300_to_20": round(statistics.median(cpu_300) / statistics.median(cpu_20), 3),
         "target": "own ratio <= 1.3 and own <= 2 ms at step 20",
     }
 

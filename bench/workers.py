@@ -13,7 +13,18 @@ from pathlib import Path
 
 from capstan.runtime.config import Settings
 
-__all__ = ["ROOT", "bare_worker", "capstan_worker", "kill", "polling", "rss_bytes", "stop", "until"]
+__all__ = [
+    "ROOT",
+    "bare_worker",
+    "capstan_worker",
+    "cpu_seconds",
+    "kill",
+    "machine_cpu",
+    "polling",
+    "rss_bytes",
+    "stop",
+    "until",
+]
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,3 +88,19 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far: what `ps` shows as TIME, read from
+    /proc at clock-tick resolution (`ps -o times` rounds to whole seconds)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, every process included."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    ticks = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields) - idle) / ticks, sum(fields) / ticks

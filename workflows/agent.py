@@ -24,9 +24,10 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from capstan.core import inputs, limits, loop
+    from capstan.core import delegation, inputs, limits, loop
     from capstan.core.activity_io import RunToolInput
     from capstan.core.activity_table import ACTIVITIES, ActivityName
+    from capstan.core.children import ChildEnded, Delegation
     from capstan.core.effects import (
         ActivityEffect,
         AwaitInput,
@@ -74,6 +75,9 @@ with workflow.unsafe.imports_passed_through():
         TranscriptView,
     )
 
+from capstan.workflows.children import Children
+from capstan.workflows.notify import announced_before, notify_opened
+
 __all__ = ["LIMITS_PATCH", "AgentWorkflow"]
 
 #: `workflow.patched` id: a run continues as new when its history nears Temporal's limits
@@ -101,6 +105,7 @@ class AgentWorkflow:
         self._limits_off = False  # replaying a run recorded before LIMITS_PATCH
         self._announced: list[str] = []  # the request ids the memo lists now
         self._bug: _LoopBugError | None = None  # a loop error met inside a signal handler
+        self._children = Children()  # the children (`delegate`) running now
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
@@ -239,16 +244,19 @@ class AgentWorkflow:
 
     def _announce_requests(self) -> None:
         """Keep the open approval requests and questions in the memo: that puts them in history
-        (for audits and the event stream) and lets clients see them with no worker running."""
+        (for audits and the event stream) and lets clients see them with no worker running.
+        Each request not announced before is posted to the worker's webhooks, unawaited."""
         opened = [r.request_id for r in self.state.turn.approvals]
         opened += [q.request_id for q in self.state.turn.questions]
         if opened == self._announced or not workflow.patched(ANNOUNCE_PATCH):
             return
+        announced = announced_before()  # the memo, before this upsert
         self._announced = opened
         requests = OpenRequests(
             approvals=list(self.state.turn.approvals), questions=list(self.state.turn.questions)
         )
         workflow.upsert_memo({REQUESTS_MEMO: requests})
+        notify_opened(self.state.run_id, requests, announced, self.state.spec.tuning)
 
     def _gauge_waiting(self) -> None:
         gauge = workflow.metric_meter().create_gauge("capstan_approvals_waiting", "requests")
@@ -391,10 +399,36 @@ class AgentWorkflow:
                     failure = "timeout" if kind == "timeout" else "error"
                     return ToolFailed(call_id=call.call_id, failure=failure, error=message)
 
-        results = await asyncio.gather(
-            *(one(c, t) for c, t in zip(effect.calls, effect.timeouts, strict=True))
+        async def child(work: Delegation) -> ChildEnded:
+            async with gate:
+                return await self._children.run(work)
+
+        forwarding = self._start_children(effect)
+        try:
+            results = await asyncio.gather(
+                *(one(c, t) for c, t in zip(effect.calls, effect.timeouts, strict=True)),
+                *(child(d) for d in effect.children),
+            )
+        finally:
+            if forwarding is not None:
+                forwarding.cancel()
+        tools = tuple(r for r in results if not isinstance(r, ChildEnded))
+        ended = tuple(r for r in results if isinstance(r, ChildEnded))
+        return ToolsFinished(results=tools, children=ended)
+
+    def _start_children(self, effect: RunTools) -> asyncio.Future[None] | None:
+        """For a turn that delegates: list its children in the memo, and forward pausing and
+        resuming this run to them while they run (the returned task; cancel it after)."""
+        if not effect.children:
+            return None
+        started = tuple(d.child for d in effect.children)
+        self._children.announce(delegation.remember(self.state, started))
+        return asyncio.ensure_future(
+            self._children.forward_pause(
+                lambda: self.state.steering.paused,
+                lambda: f"{self.state.run_id}/{self.state.step}",
+            )
         )
-        return ToolsFinished(results=tuple(results))
 
 
 def _legacy_input(name: str, args: Sequence[RawValue]) -> tuple[SteeringPayload | None, str]:

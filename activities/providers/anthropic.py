@@ -24,11 +24,12 @@ from capstan.activities.providers.base import (
 from capstan.activities.providers.errors import context_overflow, malformed, scrub, stream_cut
 from capstan.activities.providers.http_adapter import HttpAdapter
 from capstan.activities.providers.json_repair import repair_arguments
+from capstan.activities.providers.wire_cache import dumps, splice_body, wire_cache
 from capstan.core.messages import Usage
 from capstan.core.model_errors import ModelErrorKind
 from capstan.core.tooling import ToolSpec
 
-__all__ = ["AnthropicMessages", "to_anthropic"]
+__all__ = ["AnthropicMessages", "encoded_turns", "to_anthropic"]
 
 API_VERSION = "2023-06-01"
 CACHE = {"type": "ephemeral"}
@@ -63,21 +64,49 @@ def to_anthropic(
         if m.role == "assistant":
             turns.append({"role": "assistant", "content": _assistant_blocks(m)})
             continue
-        if m.role == "tool":
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": m.tool_call_id,
-                "content": m.content,
-            }
-            if m.is_error:
-                block["is_error"] = True
-        else:
-            block = {"type": "text", "text": m.content or "(empty)"}
+        block = _user_block(m)
         if turns and turns[-1]["role"] == "user":
             turns[-1]["content"].append(block)
         else:
             turns.append({"role": "user", "content": [block]})
     return system, turns
+
+
+def _user_block(m: RenderedMessage) -> dict[str, Any]:
+    """A tool result or a person's text: a block of a user turn."""
+    if m.role != "tool":
+        return {"type": "text", "text": m.content or "(empty)"}
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
+    block["content"] = m.content
+    if m.is_error:
+        block["is_error"] = True
+    return block
+
+
+def _encoded_blocks(m: RenderedMessage) -> bytes:
+    blocks = _assistant_blocks(m) if m.role == "assistant" else [_user_block(m)]
+    return b",".join(dumps(b) for b in blocks)
+
+
+def encoded_turns(messages: list[RenderedMessage]) -> list[bytes]:
+    """`to_anthropic`'s turns with their cache breakpoint, encoded: each message's blocks come
+    from the worker's `wire_cache`, so only the newest are encoded."""
+    turns: list[tuple[str, list[bytes]]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        fragment = wire_cache.encoded("anthropic", m, _encoded_blocks)
+        if m.role != "assistant" and turns and turns[-1][0] == "user":
+            turns[-1][1].append(fragment)
+        else:
+            turns.append(("assistant" if m.role == "assistant" else "user", [fragment]))
+    if len(turns) >= 3:  # a fragment ends with its last block's "}": the breakpoint goes in it
+        blocks = turns[-2][1]
+        blocks[-1] = blocks[-1][:-1] + b',"cache_control":' + dumps(CACHE) + b"}"
+    return [
+        b'{"role":' + dumps(role) + b',"content":[' + b",".join(blocks) + b"]}"
+        for role, blocks in turns
+    ]
 
 
 def _with_cache_breakpoints(
@@ -115,6 +144,12 @@ class AnthropicMessages(HttpAdapter):
             body["stream"] = True
         return body
 
+    def encoded_body(self, messages: list[RenderedMessage], tools: list[ToolSpec]) -> bytes:
+        """`body` as the JSON bytes sent, its turns from `encoded_turns`."""
+        fields = self.body([m for m in messages if m.role == "system"], tools)
+        del fields["messages"]
+        return splice_body(fields, "messages", encoded_turns(messages))
+
     async def complete(
         self,
         messages: list[RenderedMessage],
@@ -132,7 +167,7 @@ class AnthropicMessages(HttpAdapter):
             return self._reply(json.loads(await response.aread()))
 
         url = f"{self.profile.base_url}/v1/messages"
-        return await self.exchange(url, self.body(messages, tools), headers, read)
+        return await self.exchange(url, self.encoded_body(messages, tools), headers, read)
 
     async def _read_stream(
         self, response: httpx.Response, on_delta: DeltaSink | None

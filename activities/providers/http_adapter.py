@@ -33,12 +33,19 @@ class HttpAdapter:
         return (key.get_secret_value(),) if key else ()
 
     async def exchange(
-        self, url: str, body: dict[str, Any], headers: dict[str, str], read: ReadReply
+        self, url: str, body: dict[str, Any] | bytes, headers: dict[str, str], read: ReadReply
     ) -> ProviderReply:
-        """POST `body`; `read(response, streamed)` turns a 2xx response into a reply."""
-        request = self.http.build_request(
-            "POST", url, json=body, headers=headers, timeout=self.profile.request_timeout
-        )
+        """POST `body` (JSON, or already encoded JSON); `read(response, streamed)` turns a 2xx
+        response into a reply."""
+        if isinstance(body, bytes):
+            headers = {"content-type": "application/json", **headers}
+            request = self.http.build_request(
+                "POST", url, content=body, headers=headers, timeout=self.profile.request_timeout
+            )
+        else:
+            request = self.http.build_request(
+                "POST", url, json=body, headers=headers, timeout=self.profile.request_timeout
+            )
         try:
             response = await self.http.send(request, stream=True)
         except httpx.TransportError as exc:

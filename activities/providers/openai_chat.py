@@ -26,6 +26,7 @@ from capstan.activities.providers.base import (
 from capstan.activities.providers.errors import context_overflow, malformed, scrub, stream_cut
 from capstan.activities.providers.http_adapter import HttpAdapter
 from capstan.activities.providers.json_repair import repair_arguments
+from capstan.activities.providers.wire_cache import dumps, splice_body, wire_cache
 from capstan.core.messages import Usage
 from capstan.core.model_errors import ModelErrorKind
 from capstan.core.tooling import ToolSpec
@@ -134,25 +135,25 @@ def to_structured_messages(
 
 
 def to_openai_messages(messages: list[RenderedMessage]) -> list[dict[str, Any]]:
-    wire: list[dict[str, Any]] = []
-    for m in messages:
-        if m.role == "tool":
-            wire.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
-        elif m.role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
-            if m.tool_calls:
-                entry["tool_calls"] = [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": c.arguments},
-                    }
-                    for c in m.tool_calls
-                ]
-            wire.append(entry)
-        else:
-            wire.append({"role": m.role, "content": m.content})
-    return wire
+    return [_openai_message(m) for m in messages]
+
+
+def _openai_message(m: RenderedMessage) -> dict[str, Any]:
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    if m.role != "assistant":
+        return {"role": m.role, "content": m.content}
+    entry: dict[str, Any] = {"role": "assistant", "content": m.content or ""}
+    if m.tool_calls:
+        entry["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls
+        ]
+    return entry
+
+
+def _encoded_openai_message(m: RenderedMessage) -> bytes:
+    return dumps(_openai_message(m))
 
 
 class OpenAIChat(HttpAdapter):
@@ -167,10 +168,21 @@ class OpenAIChat(HttpAdapter):
                 "temperature": 0,
                 "response_format": {"type": "json_object", "schema": tool_choice_schema(tools)},
             }
-        body: dict[str, Any] = {
-            "model": self.profile.model,
-            "messages": to_openai_messages(messages),
-        }
+        return {"model": self.profile.model, "messages": to_openai_messages(messages)} | (
+            self._options(tools)
+        )
+
+    def encoded_body(self, messages: list[RenderedMessage], tools: list[ToolSpec]) -> bytes:
+        """`body` as the JSON bytes sent: each message encoded once per worker (`wire_cache`)."""
+        if tools and self.profile.tool_mode == "structured":
+            return dumps(self.body(messages, tools))
+        fragments = [wire_cache.encoded("openai", m, _encoded_openai_message) for m in messages]
+        fields = {"model": self.profile.model} | self._options(tools)
+        return splice_body(fields, "messages", fragments)
+
+    def _options(self, tools: list[ToolSpec]) -> dict[str, Any]:
+        """Everything in a (native tool calling) body but the model and the messages."""
+        body: dict[str, Any] = {}
         if self.profile.max_output_tokens:
             body["max_tokens"] = self.profile.max_output_tokens
         if tools:
@@ -214,7 +226,8 @@ class OpenAIChat(HttpAdapter):
             return _calls_from_text(reply, names, step)
 
         url = f"{self.profile.base_url}/chat/completions"
-        return await self.exchange(url, self.body(messages, tools), self._headers(), read)
+        body = self.encoded_body(messages, tools)
+        return await self.exchange(url, body, self._headers(), read)
 
     def _parse(self, content: bytes, step: int) -> ProviderReply:
         try:

@@ -8,14 +8,23 @@ ever runs it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from capstan.activities.tools.jail import Jail
 from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
 from capstan.activities.tools.sandbox import sandbox_tools
 from capstan.activities.tools.workspace import Entry, Workspace
+from capstan.core.children import DELEGATE_TOOL
 from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
 
-__all__ = ["ASK_USER_SPEC", "BUILTIN_TOOLS", "FINISH_SPEC", "LOOP_TOOL_SPECS", "builtin_tools"]
+__all__ = [
+    "ASK_USER_SPEC",
+    "BUILTIN_TOOLS",
+    "FINISH_SPEC",
+    "LOOP_TOOL_SPECS",
+    "builtin_tools",
+    "delegate_spec",
+]
 
 FINISH_SPEC = ToolSpec(
     name=FINISH_TOOL,
@@ -53,6 +62,39 @@ ASK_USER_SPEC = ToolSpec(
 
 #: Offered to the model but handled by the loop, never run by an activity.
 LOOP_TOOL_SPECS = (FINISH_SPEC, ASK_USER_SPEC)
+
+
+def delegate_spec(agents: Sequence[str]) -> ToolSpec:
+    """`delegate(agent, task)`, offered to a run that may delegate to `agents`. Handled by the
+    loop and the workflow (a child run), never by an activity. `read_only` because the child's
+    own calls pass its own gate; `untrusted_output` because its answer may carry what it read
+    (fenced for the model, and counted by the Rule of Two)."""
+    return ToolSpec(
+        name=DELEGATE_TOOL,
+        description=(
+            "Hand a task to another agent and wait for its final answer, which is this call's "
+            "result (or how and why it stopped). The agent works alone with its own tools and "
+            "a share of your remaining budget; it does not see this conversation, so say "
+            "everything it needs in the task. Several delegate calls in one reply run in "
+            "parallel."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "agent": {
+                    "type": "string",
+                    "enum": list(agents),
+                    "description": "The agent to delegate to.",
+                },
+                "task": {"type": "string", "description": "What the agent should do."},
+            },
+            "required": ["agent", "task"],
+            "additionalProperties": False,
+        },
+        read_only=True,
+        untrusted_output=True,
+    )
+
 
 MAX_READ_CHARS = 200_000
 

@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from capstan.api.auth import Principal, Scope, require
 from capstan.api.errors import ApiError
 from capstan.api.settings import ApiSettings
-from capstan.api.tenancy import Tenancy
+from capstan.api.tenancy import Tenancy, TenantIndex
 from capstan.client.runs import CapstanClient
 from capstan.runtime.config import Settings
 from capstan.runtime.temporal_connection import TemporalConnectError
@@ -35,6 +35,7 @@ class Backend:
         self.settings = settings
         self._client = client
         self._lock = asyncio.Lock()
+        self.tenant_index = TenantIndex()  # asked once per process, not per request
 
     async def client(self) -> CapstanClient:
         if self._client is not None:
@@ -59,7 +60,7 @@ def api_settings(request: Request) -> ApiSettings:
 
 async def tenancy(request: Request) -> Tenancy:
     backend: Backend = request.app.state.backend
-    return Tenancy(await backend.client())
+    return Tenancy(await backend.client(), backend.tenant_index)
 
 
 class WriteLimiter:

@@ -24,7 +24,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from capstan.client.runs import RejectedError, RunNotFoundError, SteeringError
+from capstan.client.runs import (
+    RejectedError,
+    RunNotFoundError,
+    SteeringError,
+    UpdateTimeoutError,
+)
 from capstan.runtime.blobstore import BlobError
 from capstan.runtime.temporal_connection import TemporalConnectError
 
@@ -66,7 +71,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "the body is too large"),
         (422, "the input does not validate (the field is named)"),
         (429, "too many writes: see Retry-After"),
-        (503, "Temporal is unavailable: see Retry-After"),
+        (503, "Temporal is unavailable, or no worker answered in time: see Retry-After"),
     )
 }
 
@@ -131,6 +136,15 @@ def _validation_error(exc: RequestValidationError) -> ApiError:
     return ApiError(422, "invalid", message, field=field)
 
 
+def _from_steering(exc: SteeringError) -> ApiError:
+    if isinstance(exc, RejectedError):
+        return ApiError(409, "rejected", f"the run rejected the input: {exc}")
+    if isinstance(exc, UpdateTimeoutError):
+        retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        return ApiError(503, "worker_timeout", str(exc), headers=retry)
+    return ApiError(409, "conflict", str(exc))
+
+
 def _translate(exc: Exception) -> ApiError:
     """The API's answer to an exception raised while serving a request."""
     if isinstance(exc, ApiError):
@@ -147,10 +161,8 @@ def _translate(exc: Exception) -> ApiError:
         return ApiError(404, "run_not_found", str(exc))
     if isinstance(exc, WorkflowAlreadyStartedError):
         return ApiError(409, "conflict", "this run id is not available; choose another")
-    if isinstance(exc, RejectedError):
-        return ApiError(409, "rejected", f"the run rejected the input: {exc}")
     if isinstance(exc, SteeringError):
-        return ApiError(409, "conflict", str(exc))
+        return _from_steering(exc)
     if isinstance(exc, TemporalConnectError):
         return _unavailable()
     if isinstance(exc, RPCError):

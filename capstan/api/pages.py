@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from capstan.api.auth import COOKIE, Principal, Scope, TokenStore, authenticate
@@ -86,14 +86,17 @@ def _items(runs: Tenancy, open_runs: list[OpenRun], tenant: str) -> list[Item]:
     workspace = runs.client.settings.workspace_dir
     items: list[Item] = []
     for run in open_runs:
+        # a delegated child's requests are cards of its root run (`root/agent-STEP.INDEX`):
+        # decided through the root, which routes them to the child that opened them
+        root = run.run_id.split("/", 1)[0]
         for r in run.requests.approvals:
             try:
                 arguments = content.resolve(r.arguments)
             except BlobError:
                 arguments = '"[the arguments cannot be read from the content store]"'
             preview = write_preview(r.tool, arguments, workspace)
-            items.append(ApprovalItem(run.run_id, r, arguments, preview, tenant))
-        items += [QuestionItem(run.run_id, q) for q in run.requests.questions]
+            items.append(ApprovalItem(root, r, arguments, preview, tenant))
+        items += [QuestionItem(root, q) for q in run.requests.questions]
     return items
 
 
@@ -101,9 +104,20 @@ async def _run_items(runs: Tenancy, run_id: str, principal: Principal) -> list[I
     desc = await runs.owned(run_id, principal)
     if desc.status != WorkflowExecutionStatus.RUNNING:
         return []
+    return _items(runs, await _tree_requests(runs, run_id, desc), principal.tenant)
+
+
+async def _tree_requests(
+    runs: Tenancy, run_id: str, desc: WorkflowExecutionDescription
+) -> list[OpenRun]:
+    """What the run and its running delegated children announced (their memos)."""
     raw = (await desc.memo()).get(REQUESTS_MEMO)
-    requests = OpenRequests.model_validate(raw) if raw else OpenRequests()
-    return _items(runs, [OpenRun(run_id, "", requests)], principal.tenant)
+    found = [OpenRun(run_id, "", OpenRequests.model_validate(raw) if raw else OpenRequests())]
+    for child in await runs.client.children(run_id):
+        below = await runs.client.describe(child.workflow_id)
+        if below.status == WorkflowExecutionStatus.RUNNING:
+            found += await _tree_requests(runs, child.workflow_id, below)
+    return found
 
 
 @router.get("/login")

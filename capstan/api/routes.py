@@ -24,7 +24,7 @@ from capstan.audit.history import decode_history, load_histories
 from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail, verify_chain
 from capstan.client.agents import AgentsError, resolve_agent
-from capstan.client.runs import CapstanError, RunSummary
+from capstan.client.runs import CapstanError, RunSummary, tree_roots
 from capstan.client.transcript import StepView, build_transcript
 from capstan.core.spec import RunSpec, RunStatus, TerminalReason
 from capstan.core.steering import PendingView
@@ -54,6 +54,8 @@ def _weakened(spec: RunSpec) -> list[str]:
     found += [
         f"tool_policy.{tool}" for tool, rule in spec.tool_policy.items() if rule.decision == "allow"
     ]
+    for name, child in spec.delegates.items():  # a child runs what its definition allows
+        found += [f"delegates.{name}.{part}" for part in _weakened(child)]
     return found
 
 
@@ -75,6 +77,12 @@ async def start_run(
         raise ApiError(
             403, "forbidden", f"only an admin token may start a run with {', '.join(weakened)}"
         )
+    # a thread run needs signal-with-start and tenant checks; a body never points at a chain
+    # (another tenant's) nor forges the messages a run starts with
+    for name in ("thread", "continues", "continues_tail", "continues_tokens"):
+        if getattr(spec, name) != RunSpec.model_fields[name].default:
+            message = "threads are not offered over HTTP yet: use `capstan send --thread`"
+            raise ApiError(422, "invalid", message, field=f"body.{name}")
     if spec.agent is not None:
         spec = _from_agent(spec, runs.client.settings.agents_file)
     return StartedRun(run_id=await runs.start(spec, principal))
@@ -128,9 +136,9 @@ async def run_pending(run_id: RunIdPath, principal: Reader, runs: Runs) -> Pendi
 async def all_pending(principal: Reader, runs: Runs) -> list[PendingView]:
     """What every running run of the tenant waits for (`capstan pending --json`)."""
     views = []
-    for run in await runs.open_runs(principal):
+    for run_id in tree_roots([run.run_id for run in await runs.open_runs(principal)]):
         with contextlib.suppress(CapstanError, RPCError, TimeoutError):
-            views.append(await asyncio.wait_for(runs.client.pending(run.run_id), 10))
+            views.append(await asyncio.wait_for(runs.client.pending(run_id), 10))
     return views
 
 

@@ -22,7 +22,6 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, ConfigDict, create_model
-from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from capstan.api.auth import Principal, Scope
 from capstan.api.backend import tenancy, writer
@@ -86,12 +85,16 @@ def _result(run_id: str, item: SteeringBase, ack: Ack | None) -> SteerResult:
 
 
 async def _deliver(runs: Tenancy, run_id: str, item: SteeringBase, checked: bool) -> SteerResult:
-    """Send the input; a validated update that no worker takes in time goes as a signal (the
-    same id, so it is applied once), as `CapstanClient.steer` does for its own timeout."""
-    try:
-        ack = await runs.client.steer(run_id, item, checked, update_timeout=UPDATE_TIMEOUT)
-    except WorkflowUpdateRPCTimeoutOrCancelledError:
-        ack = await runs.client.steer(run_id, item, checked=False)
+    """Send the input; a validated update that no worker takes within `UPDATE_TIMEOUT` goes
+    as a signal (the same id, so it is applied once), as `CapstanClient.steer` does. If
+    Temporal gives up on the update first, `UpdateTimeoutError` answers 503."""
+    target = run_id
+    request_id = getattr(item, "request_id", None)
+    if isinstance(request_id, str):
+        # a delegated child's request is decided on the child that opened it (its id is a path
+        # under this run's), so the reviewer can decide it from the parent
+        target = await runs.client.owner(run_id, request_id)
+    ack = await runs.client.steer(target, item, checked, update_timeout=UPDATE_TIMEOUT)
     return _result(run_id, item, ack)
 
 

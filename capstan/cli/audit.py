@@ -11,9 +11,10 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from capstan.audit.history import decode_history, load_histories
+from capstan.audit.history import load_histories
 from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail, verify_chain
+from capstan.audit.tree import tree_entries
 from capstan.cli.support import EXIT_OK, CliError, Command
 from capstan.cli.support import client_for as _client
 from capstan.runtime.config import Settings
@@ -43,7 +44,8 @@ async def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
     histories = await load_histories(client.client, args.run_id)
     if not histories:
         raise CliError(f"no run {args.run_id!r}")
-    records, issues = build_trail([decode_history(h) for h in histories], client.content())
+    # a run's children (`delegate`) are audited with it, in the same hash chain
+    records, issues = build_trail(await tree_entries(client.client, histories), client.content())
     if args.verify:
         problems = issues + verify_chain(records)
         for p in problems:

@@ -16,18 +16,19 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from capstan.audit.events import derive_events
-from capstan.audit.follow import HistoryFollower
 from capstan.cli.audit import register_audit
 from capstan.cli.codec import register_codec
+from capstan.cli.schedule import register_schedule
 from capstan.cli.steering import register_steering
 from capstan.cli.support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
 from capstan.cli.support import client_for as _client
 from capstan.cli.support import print_json as _print_json
+from capstan.cli.thread import register_thread, start_thread_run
+from capstan.cli.watching import cmd_watch
 from capstan.client.agents import load_spec, resolve_agent
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.transcript import build_transcript
-from capstan.client.watch import format_step, watch_live
+from capstan.client.watch import format_step
 from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
 from capstan.runtime.blobstore import BlobError
 from capstan.runtime.config import Settings
@@ -101,7 +102,8 @@ def _run_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     spec = _run_spec(args, settings)
     client = await _client(settings)
-    run_id = await client.start_run(spec)
+    thread = args.thread
+    run_id = await (start_thread_run(client, thread, spec) if thread else client.start_run(spec))
     if link := _ui_link(settings, run_id):
         print(f"web UI: {link}", file=sys.stderr)
     polled = await client.workers_polling()
@@ -166,33 +168,9 @@ async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
     else:
         for r in rows:
             print(f"{r.run_id}\t{r.terminal_reason or r.status}\t{r.started}")
+            if r.note:
+                print(f"capstan: {r.run_id}: {r.note}", file=sys.stderr)
     return EXIT_OK
-
-
-async def cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
-    """Follow the durable event stream (from any offset) plus live streamed text."""
-    client = await _client(settings)
-    next_seq = args.start
-    live: dict[tuple[int, int], int] = {}
-    follower = await HistoryFollower.start(client.client, args.run_id)
-    if follower is None:
-        raise CliError(f"no run {args.run_id!r}")
-    while True:
-        if not await follower.poll(wait=0.5):
-            if follower.closed:
-                return EXIT_OK  # everything from --from on was shown before
-            if not args.json and (text := await watch_live(client, args.run_id, live)):
-                print(f"     ~ step {text.step} (attempt {text.attempt}): {text.text}", flush=True)
-            continue
-        for event in derive_events(follower.entries())[next_seq:]:
-            next_seq = event.seq + 1
-            if args.json:
-                print(event.model_dump_json(), flush=True)
-            else:
-                step = f" step {event.step}" if event.step is not None else ""
-                print(f"{event.seq:>4} {event.kind}{step}  {event.summary}".rstrip(), flush=True)
-            if event.kind == "run_ended":
-                return EXIT_OK if event.summary == "completed" else EXIT_RUN_NOT_COMPLETED
 
 
 async def _until_signalled() -> None:
@@ -207,8 +185,11 @@ async def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.embedded:
         raise CliError("TEMPORAL_ADDRESS is set: there is no embedded server to run")
     ui_port = None if args.no_ui else args.ui_port or settings.embedded_port + UI_PORT_OFFSET
+    codec = args.ui_codec_endpoint
     try:
-        async with EmbeddedServer(settings.data_dir, settings.embedded_port, ui_port=ui_port) as s:
+        async with EmbeddedServer(
+            settings.data_dir, settings.embedded_port, ui_port=ui_port, ui_codec_endpoint=codec
+        ) as s:
             state = "already running at" if s.reused else "listening on"
             print(
                 f"Temporal dev server {state} {s.address} (data: {settings.data_dir})", flush=True
@@ -295,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--grant-steps", action="store_true", help="at the step limit wait for `capstan grant`"
     )
     p.add_argument("--wait", action="store_true", help="wait and print the result")
+    p.add_argument("--thread", default=None, help="continue this thread (or start it)")
     p.add_argument("--json", action="store_true")
     for name, fn, text in (
         ("status", cmd_status, "phase, step, terminal reason, output and usage of a run"),
@@ -318,11 +300,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON event per line")
 
     register_steering(add)
+    register_thread(add, sub)
+    register_schedule(add)
     register_audit(add)
     register_codec(add)
     p = add("server", cmd_server, "run the embedded Temporal dev server (and its Web UI)")
     p.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port+1000)")
     p.add_argument("--no-ui", action="store_true", help="run without the Web UI")
+    p.add_argument(
+        "--ui-codec-endpoint",
+        default=None,
+        metavar="URL",
+        help="the Web UI shows payloads decoded by this codec server (`capstan codec-server`)",
+    )
     add("worker", cmd_worker, "run a worker (starting the embedded server if needed)")
     p = add("model", cmd_model_serve, "serve the bundled offline model: `capstan model serve`")
     p.add_argument("action", choices=["serve"])

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from capstan.cli.support import EXIT_OK, CliError, Command, expires_in, print_json
 from capstan.cli.support import client_for as _client
-from capstan.client.runs import CapstanError
+from capstan.client.runs import CapstanError, tree_roots
 from capstan.core.steering import STEERING_TYPES, Ack, PendingView, SteeringBase
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import Settings
@@ -135,7 +135,7 @@ def _add_field(p: argparse.ArgumentParser, kind: type[SteeringBase], name: str) 
 
 async def cmd_pending(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
-    run_ids = [args.run_id] if args.run_id else await client.running_runs()
+    run_ids = [args.run_id] if args.run_id else tree_roots(await client.running_runs())
     views = []
     for run_id in run_ids:
         try:

@@ -7,16 +7,21 @@ fields (everything but `task` and `run_id`)::
     system_prompt = "You read files and report what they say."
     allowed_tools = ["list_dir", "read_file", "finish"]
     max_steps = 30
-    budgets = { tool_calls = 40 }
+    budgets = { max_tool_calls = 40 }
 
     [writer]
     model = "anthropic"
     tool_policy = { write_file = { decision = "allow" } }
+    delegates = ["researcher"]      # may hand tasks to these agents (`delegate(agent, task)`)
 
 The client resolves a definition into the full `RunSpec` it starts the run with, so the
 definition a run used is in its history (and its audit) whatever happens to the file later.
 A spec file (`capstan run --spec run.toml|run.json`) is a whole `RunSpec`. Unknown keys, at any
 depth, and bad values are one line naming the file, the agent and the field.
+
+`delegates` names other agents of the file. Resolving embeds their definitions into the spec,
+recursively down to the run's `max_depth` (default 2), so the definitions of the whole tree
+are in the parent's history and a child never reads the file.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from capstan.core.spec import RunSpec
 
 __all__ = ["AgentsError", "load_agents", "load_spec", "resolve_agent"]
 
-_NOT_DEFINED = ("task", "run_id", "agent")
+_NOT_DEFINED = ("task", "run_id", "agent", "depth")
+_DELEGATES = "delegates"
 
 
 class AgentsError(CapstanError):
@@ -51,7 +57,9 @@ def load_agents(path: Path) -> dict[str, dict[str, Any]]:
         for key in _NOT_DEFINED:
             if key in table:
                 raise AgentsError(f"{where}: {key!r} is given per run, not in a definition")
-        _validate(where, {"task": "(definition check)", **table})
+        _check_delegates(where, tables, table.get(_DELEGATES, []))
+        fields = {k: v for k, v in table.items() if k != _DELEGATES}
+        _validate(where, {"task": "(definition check)", **fields})
     return tables
 
 
@@ -61,8 +69,30 @@ def resolve_agent(path: Path, name: str, task: str, **overrides: Any) -> RunSpec
     if name not in agents:
         known = ", ".join(sorted(agents)) or "none"
         raise AgentsError(f"{path}: no agent {name!r} (defined: {known})")
-    fields = {**agents[name], **overrides, "task": task, "agent": name}
+    max_depth = overrides.get("max_depth", agents[name].get("max_depth", 2))
+    fields = {**_embedded(agents, name, 0, max_depth), **overrides, "task": task, "agent": name}
     return _validate(f"{path}: agent {name!r}", fields)
+
+
+def _check_delegates(where: str, tables: dict[str, Any], names: Any) -> None:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise AgentsError(f"{where}: delegates: expected a list of agent names")
+    for delegate in names:
+        if delegate not in tables:
+            known = ", ".join(sorted(tables)) or "none"
+            raise AgentsError(f"{where}: delegates: no agent {delegate!r} (defined: {known})")
+
+
+def _embedded(agents: dict[str, dict[str, Any]], name: str, depth: int, max_depth: int) -> Any:
+    """Agent `name`'s fields with the definitions it delegates to embedded (a run at
+    `max_depth` cannot delegate, so the embedding stops there)."""
+    fields = {k: v for k, v in agents[name].items() if k != _DELEGATES}
+    names = agents[name].get(_DELEGATES, [])
+    if names and depth < max_depth:
+        fields[_DELEGATES] = {
+            n: {**_embedded(agents, n, depth + 1, max_depth), "task": "", "agent": n} for n in names
+        }
+    return fields
 
 
 def load_spec(path: Path, **overrides: Any) -> RunSpec:

@@ -29,12 +29,14 @@ from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.audit.history import load_histories
 from capstan.audit.snapshot import Snapshot
 from capstan.core.activity_table import ActivityName
+from capstan.core.children import ChildRun
 from capstan.core.inputs import size_problem
 from capstan.core.limits import INPUT_TEXT_BYTES
 from capstan.core.spec import RunResult, RunSpec, RunStatus
@@ -55,6 +57,7 @@ from capstan.core.steering import (
     text_fields,
 )
 from capstan.core.workflow_io import (
+    CHILDREN_MEMO,
     REQUESTS_MEMO,
     TERMINAL_MEMO,
     WORKFLOW_NAME,
@@ -64,7 +67,7 @@ from capstan.core.workflow_io import (
 )
 from capstan.runtime.blobs import content_store_for, keyring_for
 from capstan.runtime.blobstore import ContentStore
-from capstan.runtime.codec import data_converter
+from capstan.runtime.codec import CodecError, data_converter
 from capstan.runtime.config import Settings
 from capstan.runtime.temporal_connection import explain_connect_failure
 
@@ -75,7 +78,9 @@ __all__ = [
     "RunNotFoundError",
     "RunSummary",
     "SteeringError",
+    "UpdateTimeoutError",
     "connect_temporal",
+    "tree_roots",
 ]
 
 
@@ -93,6 +98,11 @@ class SteeringError(CapstanError):
 
 class RejectedError(SteeringError):
     """The run rejected a validated input (an update); nothing was written to its history."""
+
+
+class UpdateTimeoutError(SteeringError):
+    """Temporal gave up waiting for the worker to answer a validated input (its RPC deadline
+    passed): the input may or may not be applied. Sending it again with the same id is safe."""
 
 
 async def connect_temporal(settings: Settings) -> Client:
@@ -126,6 +136,8 @@ class RunSummary(BaseModel):
     status: str
     started: str
     terminal_reason: str | None = None
+    #: why a field shows `?` (the run's memo or result could not be decoded with these keys)
+    note: str | None = None
 
 
 def _with_ending(asked: RunStatus, closed: RunStatus) -> RunStatus:
@@ -163,6 +175,8 @@ class CapstanClient:
 
     async def start_run(self, spec: RunSpec) -> str:
         """Start a run and return its id (the workflow id)."""
+        if spec.thread is not None:  # its task travels as the start signal
+            raise CapstanError("a thread run starts with `Threads.send` (capstan.client.threads)")
         run_id = spec.run_id or f"run-{uuid.uuid4().hex[:12]}"
         spec = spec.model_copy(update={"run_id": run_id})
         await self.client.start_workflow(
@@ -252,7 +266,8 @@ class CapstanClient:
         of `capstan.core.limits` (an id of 1,000 characters) raises SteeringError unsent.
 
         `checked` sends the validated update; if no worker takes it within `update_timeout`
-        seconds the same input goes as a signal instead (and None is returned)."""
+        seconds the same input goes as a signal instead (and None is returned). When Temporal
+        itself gives up on the update first, `UpdateTimeoutError` says so."""
         update: dict[str, str] = {}
         if not item.id:
             update["id"] = uuid.uuid4().hex
@@ -267,11 +282,14 @@ class CapstanClient:
             if not checked:
                 await handle.signal(STEER, item)
                 return None
+            window = asyncio.timeout(update_timeout)
             try:
-                ack: Ack = await asyncio.wait_for(
-                    handle.execute_update(STEER, item, result_type=Ack), update_timeout
-                )
-            except TimeoutError:
+                async with window:
+                    ack: Ack = await handle.execute_update(STEER, item, result_type=Ack)
+            except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
+                # the SDK turns our own timeout's cancellation into its RPC error
+                if not window.expired():
+                    raise _update_timed_out(run_id, item) from None
                 # no worker took the update in time: the signal (same id, applied once) is
                 # durable and waits for one
                 await handle.signal(STEER, item)
@@ -305,8 +323,8 @@ class CapstanClient:
         }
         return item.model_copy(update=refs)
 
-    async def pending(self, run_id: str, query_timeout: float = 5.0) -> PendingView:
-        """Open approval requests and questions.
+    async def _own_pending(self, run_id: str, query_timeout: float = 5.0) -> PendingView:
+        """Open approval requests and questions of this run alone.
 
         Asks the run (a query, which needs a worker); with no worker answering, reads the
         requests the run announced in its memo, so a reviewer can still see and decide them.
@@ -357,7 +375,7 @@ class CapstanClient:
             reason=reason,
             arguments=arguments,
         )
-        return await self.steer(run_id, decision, checked)
+        return await self.steer(await self.owner(run_id, request_id), decision, checked)
 
     async def cancel(self, run_id: str, reason: str = "", checked: bool = False) -> Ack | None:
         """Ask the run to end at its next step boundary (terminal reason `cancelled`)."""
@@ -380,7 +398,8 @@ class CapstanClient:
         self, run_id: str, request_id: str, text: str, checked: bool = False
     ) -> Ack | None:
         """Answer an `ask_user` question; the answer becomes the tool's observation."""
-        return await self.steer(run_id, Answer(request_id=request_id, text=text), checked)
+        owner = await self.owner(run_id, request_id)
+        return await self.steer(owner, Answer(request_id=request_id, text=text), checked)
 
     async def grant_steps(self, run_id: str, steps: int, checked: bool = False) -> Ack | None:
         """Let a run waiting at its step limit take `steps` more (0 ends it `max_steps`)."""
@@ -429,11 +448,16 @@ class CapstanClient:
             if wf.id in seen:
                 continue  # an earlier run of a continue-as-new chain
             seen.add(wf.id)
+            try:  # one run written under other keys must not hide every other run
+                reason, note = await self._terminal_reason(wf), None
+            except CodecError as exc:
+                reason, note = "?", f"its ending cannot be decoded: {exc}"
             summary = RunSummary(
                 run_id=wf.id,
                 status=wf.status.name.lower() if wf.status else "unknown",
                 started=wf.start_time.isoformat(timespec="seconds"),
-                terminal_reason=await self._terminal_reason(wf),
+                terminal_reason=reason,
+                note=note,
             )
             if terminal_reason is not None and summary.terminal_reason != terminal_reason:
                 continue
@@ -452,3 +476,76 @@ class CapstanClient:
         handle = self.client.get_workflow_handle(wf.id, run_id=wf.run_id, result_type=RunResult)
         result: RunResult = await handle.result(follow_runs=False)
         return str(result.terminal_reason.value)
+
+    async def prepared(self, item: SteeringBase) -> SteeringBase:
+        """`item` as `steer` sends it (a fresh id, this client's identity, large text as refs),
+        for inputs that travel another way: the start signal of a thread run
+        (`capstan.client.threads`). SteeringError when it is still over the bounds."""
+        update: dict[str, str] = {}
+        if not item.id:
+            update["id"] = uuid.uuid4().hex
+        if not item.identity:
+            update["identity"] = self.settings.identity
+        item = await self._stored(item.model_copy(update=update))
+        problem = size_problem(item)
+        if problem is not None:
+            raise SteeringError(f"{item.wire.commands[0]}: {problem}")
+        return item
+
+    async def terminal_reason(self, wf: WorkflowExecution) -> str | None:
+        """How a listed execution ended, by Capstan's reason (None while it runs)."""
+        return await self._terminal_reason(wf)
+
+    async def pending(self, run_id: str, query_timeout: float = 5.0) -> PendingView:
+        """Open approval requests and questions, the run's children's included.
+
+        Asks the run (a query, which needs a worker); with no worker answering, reads the
+        requests the run announced in its memo, so a reviewer can still see and decide them.
+        A closed run waits for nothing. A child's requests (its id, and so their ids, is the
+        path `parent/agent-STEP.INDEX`) are listed with the parent's, and deciding or
+        answering them through the parent reaches the child (`owner`).
+        """
+        view = await self._own_pending(run_id, query_timeout)
+        approvals, questions = list(view.approvals), list(view.questions)
+        for child in await self.children(run_id):
+            below = await self.pending(child.workflow_id, query_timeout)
+            approvals += below.approvals
+            questions += below.questions
+        return view.model_copy(update={"approvals": approvals, "questions": questions})
+
+    async def children(self, run_id: str) -> list[ChildRun]:
+        """The runs `run_id` delegated to, from its memo (no worker needed)."""
+        raw = (await (await self.describe(run_id)).memo()).get(CHILDREN_MEMO)
+        return [ChildRun.model_validate(c) for c in raw or []]
+
+    async def owner(self, run_id: str, request_id: str) -> str:
+        """The run of `run_id`'s tree that opened `request_id`: the deepest child whose id (the
+        path) prefixes it, else `run_id` itself."""
+        before, _, rest = request_id.partition(f"{run_id}/")
+        if not before and rest.partition("/")[0].isdigit():
+            # `<run>/<step>/<call>` is the run's own (a child's id is `<run>/<agent>-<step>.<i>`):
+            # no describe round trip before the decision goes out
+            return run_id
+        for child in await self.children(run_id):
+            if request_id.startswith(child.workflow_id + "/"):
+                return await self.owner(child.workflow_id, request_id)
+        return run_id
+
+
+def _update_timed_out(run_id: str, item: SteeringBase) -> BaseException:
+    """The error for an update Temporal stopped waiting for; a cancelled caller stays
+    cancelled (the SDK reports its cancellation as the same RPC error)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        return asyncio.CancelledError()
+    return UpdateTimeoutError(
+        f"run {run_id!r}: the worker did not answer in time; the input may not be applied "
+        f"(sending it again with id {item.id!r} applies it once)"
+    )
+
+
+def tree_roots(run_ids: list[str]) -> list[str]:
+    """The runs that are not delegated children of another listed run: a parent's `pending`
+    already lists its children's requests under their paths (`parent/agent-STEP.INDEX`)."""
+    listed = set(run_ids)
+    return [r for r in run_ids if not any(r.startswith(f"{p}/") for p in listed if p != r)]

@@ -32,6 +32,8 @@ class ListToolsInput(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     allowed: tuple[str, ...] | None = None
+    #: the agents the run may delegate to: the listing offers `delegate` with these names
+    delegates: tuple[str, ...] = ()
 
 
 class CallModelInput(BaseModel):

@@ -29,6 +29,7 @@ from capstan.core.activity_io import (
 )
 from capstan.core.model_errors import NON_RETRYABLE
 from capstan.core.models import ModelChain
+from capstan.core.notify import NotifyInput, NotifyResult
 from capstan.core.spec import ActivityTuning
 from capstan.core.tooling import ToolCatalog, ToolOutcome
 
@@ -42,6 +43,7 @@ class ActivityName(StrEnum):
     RUN_TOOL = "run_tool"
     COMPACT_CONTEXT = "compact_context"
     CHECK_FINISH = "check_finish"
+    NOTIFY_REQUEST = "notify_request"
 
 
 class ActivityOptions(BaseModel):
@@ -88,6 +90,7 @@ def _tool(tuning: ActivityTuning, timeout: float | None) -> ActivityOptions:
         start_to_close=timeout or tuning.tool_default_timeout,
         heartbeat=tuning.tool_heartbeat,
         max_attempts=tuning.tool_max_attempts,
+        initial_retry=tuning.tool_initial_retry,
         non_retryable=STORE_FAILURES,
     )
 
@@ -121,5 +124,19 @@ ACTIVITIES: dict[ActivityName, ActivityDef] = {
             _fixed(start_to_close=60, max_attempts=3, non_retryable=STORE_FAILURES),
         ),
         ActivityDef(ActivityName.RUN_TOOL, RunToolInput, ToolOutcome, _tool),
+        # fire and forget: ~1+2+4+8 s of backoff over 5 attempts; a hook that refuses the
+        # request (4xx but 408/429) or a missing secret does not heal by retrying
+        ActivityDef(
+            ActivityName.NOTIFY_REQUEST,
+            NotifyInput,
+            NotifyResult,
+            _fixed(
+                start_to_close=20,
+                max_attempts=5,
+                initial_retry=1.0,
+                max_retry=30.0,
+                non_retryable=("WebhookRejectedError",),
+            ),
+        ),
     )
 }

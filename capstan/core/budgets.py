@@ -13,7 +13,15 @@ from capstan.core.context import estimate_request
 from capstan.core.state import RunState
 from capstan.core.steering import BudgetName
 
-__all__ = ["deadline", "exhausted", "limit", "remaining_fraction"]
+__all__ = [
+    "deadline",
+    "exhausted",
+    "left",
+    "limit",
+    "remaining_fraction",
+    "reserve",
+    "used",
+]
 
 
 def limit(state: RunState, name: BudgetName) -> float | None:
@@ -96,3 +104,20 @@ def deadline(state: RunState) -> datetime | None:
     if cap is None or state.budget.started_at is None:
         return None
     return state.budget.started_at + timedelta(seconds=cap)
+
+
+def used(state: RunState, name: BudgetName) -> float:
+    """What the run has spent of a budget so far (wall time as of the last boundary)."""
+    return _used(state, name, state.now)
+
+
+def left(state: RunState, name: BudgetName) -> float | None:
+    """What is left of a budget (never below zero), or None when it is unlimited."""
+    cap = limit(state, name)
+    return None if cap is None else max(cap - used(state, name), 0.0)
+
+
+def reserve(state: RunState) -> dict[BudgetName, float]:
+    """What the run's next model call is expected to cost, per budget (what a run keeps for
+    itself when it carves budgets for its children)."""
+    return _reserve(state)

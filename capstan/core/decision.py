@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from capstan.core import budgets, context, limits
+from capstan.core import budgets, context, delegation, limits
 from capstan.core.activity_io import (
     CallModelInput,
     CheckFinishInput,
@@ -74,7 +74,7 @@ def _decide(
     match state.phase:
         case "starting":
             if state.catalog is None:
-                return LoadTools(request=ListToolsInput(allowed=state.spec.allowed_tools))
+                return LoadTools(request=_listing(state))
             return DescribeModel(request=DescribeModelInput(profile=state.spec.model))
         case "thinking":
             return _thinking(state, continue_suggested, history)
@@ -152,11 +152,21 @@ def _model_request(state: RunState) -> CallModelInput:
     )
 
 
+def _listing(state: RunState) -> ListToolsInput:
+    """The run's tools; `delegate` is offered (by the listing) when the run may delegate."""
+    return ListToolsInput(
+        allowed=state.spec.allowed_tools, delegates=delegation.offered(state.spec)
+    )
+
+
 def _run_tools(state: RunState) -> RunTools:
     assert state.catalog is not None
     turn = state.turn
     decided = {d.call_id for d in turn.decided}
-    to_run = tuple(c for c in turn.calls if c.id not in decided)
+    runnable = tuple(c for c in turn.calls if c.id not in decided)
+    children = delegation.plan(state, runnable)
+    delegated = {d.call_id for d in children}
+    to_run = tuple(c for c in runnable if c.id not in delegated)
     default_timeout = state.spec.tuning.tool_default_timeout
     return RunTools(
         calls=tuple(
@@ -166,13 +176,14 @@ def _run_tools(state: RunState) -> RunTools:
                 call_id=c.id,
                 name=c.name,
                 arguments=turn.approved_args.get(c.id, c.arguments),
-                idempotency_key=f"{state.run_id}/{state.step}/{c.id}",
+                idempotency_key=f"{_key_scope(state)}/{state.step}/{c.id}",
                 sandbox=state.spec.sandbox if c.name in SANDBOX_TOOLS else None,
             )
             for c in to_run
         ),
         concurrency=state.spec.tool_concurrency,
         timeouts=tuple(state.catalog.timeout_for(c.name, default_timeout) for c in to_run),
+        children=children,
     )
 
 
@@ -186,4 +197,17 @@ def result(state: RunState) -> RunResult:
         error=state.ending.error,
         steps=state.step,
         usage=state.usage,
+        # a thread's next run continues from here: messages drained or not are all kept
+        conversation=state.conversation.head,
+        tail=state.conversation.pending + state.steering.inbox,
+        context_tokens=state.context.tokens,
     )
+
+
+def _key_scope(state: RunState) -> str:
+    """What makes a tool call's idempotency key unique to this run: its id, and for a thread's
+    later runs (which share the workflow id and count steps from 0 again) the head it goes on
+    from, so two runs of a thread never share a key."""
+    if state.spec.continues is None:
+        return state.run_id
+    return f"{state.run_id}@{state.spec.continues.sha256[:12]}"

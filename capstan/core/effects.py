@@ -23,6 +23,7 @@ from capstan.core.activity_io import (
     RunToolInput,
 )
 from capstan.core.activity_table import ActivityName
+from capstan.core.children import ChildEnded, Delegation
 from capstan.core.models import ModelChain
 from capstan.core.spec import RunResult
 from capstan.core.steering import SteeringInput
@@ -131,12 +132,14 @@ class CallModel(_Frozen):
 
 
 class RunTools(_Frozen):
-    """Run these calls, in parallel, at most `concurrency` at a time."""
+    """Run these calls, and start these children (`delegate`) and wait for their ends, all in
+    parallel, at most `concurrency` at a time."""
 
     kind: Literal["run_tools"] = "run_tools"
     calls: tuple[RunToolInput, ...]
     concurrency: int
     timeouts: tuple[float, ...]
+    children: tuple[Delegation, ...] = ()
 
 
 class AwaitInput(_Frozen):
@@ -223,6 +226,7 @@ class ModelFailed(_Frozen):
 class ToolsFinished(_Frozen):
     kind: Literal["tools_finished"] = "tools_finished"
     results: tuple[ToolOutcome, ...]
+    children: tuple[ChildEnded, ...] = ()
 
 
 class CancelRequested(_Frozen):

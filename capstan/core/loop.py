@@ -22,9 +22,12 @@ One iteration, in order:
 4. Gate (`capstan.core.gate`): unknown tools, policy denials and a `finish` mixed with other calls
    become observations at once; calls that need a human open approval requests or questions,
    and the run waits (`AwaitInput`) until each is decided, answered or expired.
-5. Act: `RunTools` for the approved calls, with edited arguments where a reviewer edited them.
+5. Act: `RunTools` for the approved calls, with edited arguments where a reviewer edited them;
+   `delegate` calls become child runs in the same effect, with their specs and carved budgets
+   (`capstan.core.delegation`).
 6. Observe: every call of the turn gets exactly one tool message, in the turn's order;
-   untrusted output is marked for fencing.
+   untrusted output is marked for fencing. A child's end is its call's observation, and what
+   the child spent is charged to this run.
 """
 
 from __future__ import annotations
@@ -33,8 +36,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
-from capstan.core import context, nudges
+from capstan.core import context, delegation, nudges
 from capstan.core.activity_io import ModelReply
+from capstan.core.children import ChildEnded
 from capstan.core.content import Text
 from capstan.core.decision import decide
 from capstan.core.effects import (
@@ -109,14 +113,28 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 def initial_state(spec: RunSpec, run_id: str) -> RunState:
-    """The state of a new run: the system prompt and the task are pending for the first call."""
+    """The state of a new run: the system prompt and the task are pending for the first call.
+
+    A run that continues a thread's conversation (`spec.continues`, `continues_tail`) starts
+    from that head, where the system prompt already is: the previous run's unflushed tail is
+    pending, and the window starts at its size, so the first call compacts if it must. A thread
+    run's task arrives as its start signal (signal-with-start delivers it to a running run
+    instead), so it is not queued here a second time.
+    """
+    task: tuple[Message, ...] = (
+        () if spec.thread is not None else (Message(role="user", content=spec.task),)
+    )
+    if spec.continues is not None or spec.continues_tail:
+        state = RunState(
+            spec=spec,
+            run_id=run_id,
+            conversation=Conversation(head=spec.continues, pending=spec.continues_tail + task),
+        )
+        return replace(state, context=replace(state.context, tokens=spec.continues_tokens))
     system = spec.system_prompt or DEFAULT_SYSTEM_PROMPT
     if spec.finish_mode is FinishMode.TEXT and spec.system_prompt is None:
         system = "You are a careful agent. Use tools when needed; reply in plain text when done."
-    pending = (
-        Message(role="system", content=system, origin="system"),
-        Message(role="user", content=spec.task, origin="task"),
-    )
+    pending = (Message(role="system", content=system, origin="system"), *task)
     return RunState(spec=spec, run_id=run_id, conversation=Conversation(pending=pending))
 
 
@@ -170,9 +188,9 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
             expect(state, ("starting", "thinking"), outcome.kind)
             failed = context.on_model_failed(state, error or "the model call failed", error_type)
             return end(state, failed) if isinstance(failed, Ending) else failed
-        case ToolsFinished(results=results):
+        case ToolsFinished(results=results, children=children):
             expect(state, ("acting",), outcome.kind)
-            return _on_tools_finished(state, results)
+            return _on_tools_finished(state, results, children)
         case _:
             assert_never(outcome)
 
@@ -300,6 +318,7 @@ def _on_reply(state: RunState, reply: ModelReply) -> RunState:
         if finished is not None:
             return finished
     turn, records = gate_turn(base, calls)
+    turn = delegation.check_turn(base, turn)
     calm = replace(base, guards=replace(base.guards, nudges=0))
     return act(_with_records(calm, records), turn)
 
@@ -342,13 +361,24 @@ def _with_records(state: RunState, records: tuple[ApprovalRecord, ...]) -> RunSt
     return replace(state, steering=replace(state.steering, records=kept))
 
 
-def _on_tools_finished(state: RunState, results: tuple[ToolOutcome, ...]) -> RunState:
+def _on_tools_finished(
+    state: RunState, results: tuple[ToolOutcome, ...], children: tuple[ChildEnded, ...]
+) -> RunState:
+    """Every call of the turn gets its observation; a child's end is one too, and what the
+    child spent is charged to this run's budgets."""
     by_id: dict[str, ToolOutcome] = {r.call_id: r for r in state.turn.decided}
     by_id.update({r.call_id: r for r in results})
+    by_id.update({c.call_id: delegation.observation(c) for c in children})
     calls = state.turn.calls
     messages = tuple(_observation(state, call, by_id.get(call.id)) for call in calls)
     observed = _queue(observe(state), messages)
-    observed = replace(observed, usage=observed.usage + Usage(tool_calls=len(results)))
+    spent = Usage(tool_calls=len(results)) + delegation.charge(children)
+    started = tuple(c.child for c in children)
+    observed = replace(
+        observed,
+        usage=observed.usage + spent,
+        children=delegation.remember(observed, started) if started else observed.children,
+    )
     guards, verdict = guard_results(observed, calls, by_id)
     observed = replace(observed, guards=guards)
     return observed if verdict is None else apply_verdict(observed, verdict)

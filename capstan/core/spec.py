@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from capstan.core.content import Text
-from capstan.core.messages import Usage
+from capstan.core.content import BlobRef, Text
+from capstan.core.messages import Message, Usage
 
 __all__ = [
     "SANDBOX_TOOLS",
@@ -90,6 +90,8 @@ class ActivityTuning(BaseModel):
     tool_default_timeout: float = 120.0
     tool_heartbeat: float = 2.0
     tool_max_attempts: int = 3
+    # the first retry of a failed tool call (then doubling); what runs before it got too
+    tool_initial_retry: float = Field(default=1.0, gt=0)
 
 
 class ContextPolicy(BaseModel):
@@ -215,6 +217,22 @@ class RunSpec(BaseModel):
     sandbox: SandboxLimits = SandboxLimits()
     #: the agent definition this spec was resolved from (`CAPSTAN_AGENTS`), for the record
     agent: str | None = None
+    #: the thread this run belongs to (`capstan run|send --thread`): its runs share the workflow
+    #: id `thread-<thread>`, and its task arrives as the start signal (signal-with-start)
+    thread: str | None = None
+    #: the conversation head of the thread's previous run, which this run goes on from
+    continues: BlobRef | None = None
+    #: messages that run left after `continues` (not yet in its chain), sent before the task
+    continues_tail: tuple[Message, ...] = ()
+    #: that conversation's size in tokens, so the window is managed from the first model call
+    continues_tokens: int = Field(default=0, ge=0)
+    #: the agents this run may delegate to (`delegate(agent, task)`), by name; each is a
+    #: definition (its `task` unused), embedded whole so the tree's definitions are in history
+    delegates: dict[str, RunSpec] = {}
+    #: how deep in a delegation tree this run is (0: started by a client), and the deepest a
+    #: child may be: a run at `max_depth - 1` starts children that cannot delegate further
+    depth: int = Field(default=0, ge=0)
+    max_depth: int = Field(default=2, ge=0, le=8)
 
 
 class RunStatus(BaseModel):
@@ -246,3 +264,8 @@ class RunResult(BaseModel):
     error: str | None = None
     steps: int = 0
     usage: Usage = Usage()
+    #: where the conversation stood at the end (what a thread's next run continues from): the
+    #: head of its chain, the messages not yet in it, and its size in tokens
+    conversation: BlobRef | None = None
+    tail: tuple[Message, ...] = ()
+    context_tokens: int = 0

@@ -16,6 +16,7 @@ The state is grouped by concern, so each helper reads (and returns) the part it 
 | `guards` | nudges, breaker streaks, the finish guard | turn checks |
 | `budget` | the wall clock's start and what was granted | the loop, the steering fold |
 | `segment` | steps since the last continue-as-new, and how many there were | the loop |
+| `children` | the child runs it delegated to (their ids, for the memo) | the loop |
 
 Every type here is a frozen pydantic dataclass: a change is `dataclasses.replace(part, ...)`,
 which mypy checks field by field (a misspelt or mistyped field fails `make lint`) and pydantic
@@ -29,6 +30,7 @@ from datetime import datetime
 
 from pydantic.dataclasses import dataclass
 
+from capstan.core.children import ChildRun
 from capstan.core.content import BlobRef, Text
 from capstan.core.guards import Streaks
 from capstan.core.idset import IdSet
@@ -178,6 +180,8 @@ class RunState:
     budget: Budget = field(default_factory=Budget)
     segment: Segment = field(default_factory=Segment)
     diagnostics: tuple[str, ...] = ()
+    #: the children this run started (`delegate`), most recent last (`children.MAX_CHILDREN`)
+    children: tuple[ChildRun, ...] = ()
 
     @property
     def terminal(self) -> TerminalReason | None:

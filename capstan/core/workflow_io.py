@@ -17,9 +17,12 @@ from capstan.core.steering import ApprovalRecord, ApprovalRequest, CancelRequest
 __all__ = [
     "ANNOUNCE_PATCH",
     "CANCEL_IN_FLIGHT_PATCH",
+    "CHILDREN_MEMO",
     "COMPACTION_PATCH",
     "CONTEXT_PATCH",
     "GUARDS_PATCH",
+    "INHERITED_MEMO",
+    "NOTIFY_PATCH",
     "REQUESTS_MEMO",
     "TERMINAL_MEMO",
     "TERMINAL_MEMO_PATCH",
@@ -63,6 +66,17 @@ TERMINAL_MEMO = "capstan_terminal_reason"
 #: leaves the request too close to `compact_at` is followed by a summary in the same step. Runs
 #: recorded before it replay with the rule off (`ContextState.hysteresis`).
 COMPACTION_PATCH = "compaction-hysteresis-v1"
+
+#: Memo key: the children a run delegated to (a list of `capstan.core.children.ChildRun`), so
+#: clients find the tree (and its open requests) with no worker running.
+CHILDREN_MEMO = "capstan_children"
+#: The memo keys a child run inherits from its parent: the tenant that owns the run
+#: (`capstan.api.tenancy.TENANT_MEMO`), so a child belongs to its parent's tenant.
+INHERITED_MEMO = ("capstan_tenant",)
+
+#: `workflow.patched` id: each newly opened request starts a `notify_request` activity that
+#: the run never waits for (`capstan.workflows.notify`); runs recorded before it start none.
+NOTIFY_PATCH = "notify-requests-v1"
 
 
 class AgentInput(BaseModel):

@@ -139,6 +139,8 @@ class LocalBlobStore:
     def __init__(self, root: Path, keyring: Keyring | None = None) -> None:
         self.root = root  # created by the first write: a reader never makes directories
         self.keyring = keyring
+        #: fan-out directories this store made or found: one mkdir each, not one per write
+        self._fanout: set[str] = set()
 
     def _path(self, sha256: str) -> Path:
         check_digest(sha256)
@@ -149,13 +151,26 @@ class LocalBlobStore:
         path = self._path(digest)
         if path.exists():
             return digest
-        self.write(path, seal(data, digest, self.keyring))
+        stored = seal(data, digest, self.keyring)
+        if digest[:2] in self._fanout:
+            try:
+                self._replace(path, stored)
+                return digest
+            except FileNotFoundError:  # the directory went away (a store wiped under us)
+                self._fanout.discard(digest[:2])
+        self.write(path, stored)
+        self._fanout.add(digest[:2])
         return digest
 
-    @staticmethod
-    def write(path: Path, stored: bytes) -> None:
+    @classmethod
+    def write(cls, path: Path, stored: bytes) -> None:
         """Write `stored` to `path` atomically (a reader sees all of it or nothing)."""
         path.parent.mkdir(parents=True, exist_ok=True)
+        cls._replace(path, stored)
+
+    @staticmethod
+    def _replace(path: Path, stored: bytes) -> None:
+        """`write` in a directory that exists."""
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as fh:

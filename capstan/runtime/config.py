@@ -80,10 +80,22 @@ class Settings(EnvSettings):
         None, validation_alias="CAPSTAN_CODEC_SERVER_TOKEN"
     )
     s3: S3Access = S3Access()
+    # The worker's /healthz and /readyz (capstan.runtime.health); off unless a port is given.
+    health_port: int | None = Field(None, validation_alias="CAPSTAN_HEALTH_PORT", ge=1, le=65535)
+    health_host: str = Field("0.0.0.0", validation_alias="CAPSTAN_HEALTH_HOST", min_length=1)
+    # SIGTERM: seconds running activities get to finish after polling stops.
+    shutdown_grace: float = Field(30.0, validation_alias="CAPSTAN_SHUTDOWN_GRACE", ge=0)
     # The Temporal connection, from temporalio.envconfig (see the module docstring).
     temporal_address: str | None = None
     namespace: str = "default"
     temporal: TemporalAccess = TemporalAccess()
+    # Runs a worker keeps in memory (Temporal's workflow cache). A cached run costs ~250 KB,
+    # an evicted one is replayed from its history when it next moves (~10-20 ms when short).
+    max_cached_runs: int = Field(128, validation_alias="CAPSTAN_MAX_CACHED_RUNS", ge=0)
+    # The worker's webhooks for opened requests (capstan.runtime.webhooks), and the base URL of
+    # `capstan serve` their messages link to (`<inbox_url>/runs/<run>#<request>`).
+    webhooks_file: Path | None = Field(None, validation_alias="CAPSTAN_WEBHOOKS")
+    inbox_url: str | None = Field(None, validation_alias="CAPSTAN_INBOX_URL")
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -23,6 +23,8 @@ from temporalio.client import Client
 from capstan.runtime.processes import stop_process
 
 __all__ = [
+    "SEARCH_ATTRIBUTES",
+    "TENANT_SEARCH_ATTRIBUTE",
     "UI_PORT_OFFSET",
     "EmbeddedServer",
     "EmbeddedServerError",
@@ -44,6 +46,12 @@ FAST_DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
 # crash can undo the last commits before the WAL was synced (the database stays consistent).
 # FULL would sync every commit to disk, paying for that window with a sync per commit.
 SQLITE_PRAGMAS = ("journal_mode=wal", "synchronous=NORMAL")
+
+#: The run's tenant (`capstan serve`), so listings filter on the server (`capstan.api.tenancy`).
+TENANT_SEARCH_ATTRIBUTE = "CapstanTenant"
+#: Search attributes the embedded server registers at start (name, type); a cluster registers
+#: them with `temporal operator search-attribute create` (the API tries that itself).
+SEARCH_ATTRIBUTES = ((TENANT_SEARCH_ATTRIBUTE, "Keyword"),)
 
 
 class EmbeddedServerError(RuntimeError):
@@ -99,9 +107,16 @@ class EmbeddedServer:
     """
 
     def __init__(
-        self, data_dir: Path, port: int, host: str = "127.0.0.1", ui_port: int | None = None
+        self,
+        data_dir: Path,
+        port: int,
+        host: str = "127.0.0.1",
+        ui_port: int | None = None,
+        ui_codec_endpoint: str | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # the Web UI sends payloads there to show them decrypted (`capstan codec-server`)
+        self.ui_codec_endpoint = ui_codec_endpoint
         self.port = port
         self.host = host
         self.ui_port = ui_port  # None: headless (tests, workers); else the Web UI's port
@@ -139,13 +154,18 @@ class EmbeddedServer:
             cmd += ["--dynamic-config-value", value]
         for pragma in SQLITE_PRAGMAS:
             cmd += ["--sqlite-pragma", pragma]
+        for name, kind in SEARCH_ATTRIBUTES:
+            cmd += ["--search-attribute", f"{name}={kind}"]
         return cmd
 
     def _ui_flags(self) -> list[str]:
         if self.ui_port is None:
             return ["--headless"]
         # the news feed is fetched from the internet: off, so the UI works on closed networks
-        return ["--ui-ip", self.host, "--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        flags = ["--ui-ip", self.host, "--ui-port", str(self.ui_port), "--ui-disable-news-fetch"]
+        if self.ui_codec_endpoint:
+            flags += ["--ui-codec-endpoint", self.ui_codec_endpoint]
+        return flags
 
     async def start(self, timeout: float = 60.0) -> None:
         if await temporal_answers(self.address, timeout=2.0):

@@ -102,6 +102,7 @@ async def test_a_run_through_the_api_matches_the_cli_shapes(agent: Agent, worksp
         "status": "completed",
         "started": listed[0]["started"],
         "terminal_reason": "completed",
+        "note": None,
     }
     records = [json.loads(line) for line in trail.text.splitlines()]
     assert trail.headers["content-type"].startswith("application/x-ndjson")

@@ -29,7 +29,10 @@ async def test_run_wait_json_status_and_ls(agent: Agent, settings: Settings) -> 
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["terminal_reason"] == "completed" and result["output"] == "cli ok"
-    assert set(result) == {"run_id", "terminal_reason", "output", "error", "steps", "usage"}
+    assert set(result) == {
+        *("run_id", "terminal_reason", "output", "error", "steps", "usage"),
+        *("conversation", "tail", "context_tokens"),  # where a thread's next run goes on from
+    }
     assert json.loads(status.stdout)["phase"] == "finished"
     assert "call    list_dir({})" in transcript.stdout
     assert any(r["run_id"] == "cli-run-1" for r in json.loads(listing.stdout))

@@ -8,7 +8,7 @@
 
 Everything else the server says is an answer, not a failure of Capstan's: a tool's error
 result, a JSON-RPC error response, a call that did not finish within its timeout, a reply that
-is not MCP. Those become observations the model sees (see `toolset`). Every message here names
+is not MCP. Those become observations the model sees (see `servers`). Every message here names
 the server and never a secret: `scrub` removes the values the worker read from its environment.
 """
 

@@ -1,0 +1,323 @@
+"""Threads: one conversation that goes on across runs.
+
+A thread's runs share one workflow id, `thread-<id>`. Temporal allows one running execution per
+id, so a thread has at most one active run, and the server, not this client, decides races:
+every message travels by signal-with-start, which delivers it to the running run or starts the
+next one (of two concurrent starts exactly one wins; the other's message goes to the winner).
+
+A new run goes on from where the previous one stopped: its spec points at that run's
+conversation head (the hash chain makes this a pointer, not a copy) plus the few messages its
+chain did not hold yet, read from the previous run's result. A call that run left without an
+observation (the `finish` that ended it, a call cancelled while it waited for approval) gets one
+here, so the continued conversation is one every provider accepts. What the previous run's
+context weighed comes along, so the first model call compacts if it must.
+
+Example::
+
+    threads = Threads(await CapstanClient.connect())
+    await threads.send("support-42", "Remember: the customer's plan is Pro.")
+    sent = await threads.send("support-42", "Which plan is the customer on?")
+    print((await threads.capstan.result(sent.run_id)).output)
+
+Never holds run state; everything it shows is read from Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from datetime import datetime
+
+from pydantic import BaseModel
+from temporalio.client import (
+    WorkflowExecution,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from capstan.client.runs import CapstanClient, CapstanError
+from capstan.core.content import BlobRef
+from capstan.core.messages import Message
+from capstan.core.spec import RunResult, RunSpec
+from capstan.core.steering import STEER, LiveMessage, SteeringBase
+from capstan.core.workflow_io import WORKFLOW_NAME, AgentInput
+from capstan.runtime.blobstore import ContentStore
+from capstan.runtime.conversation import Segment, load_conversation
+
+__all__ = [
+    "THREAD_PREFIX",
+    "Sent",
+    "ThreadError",
+    "ThreadRun",
+    "ThreadSummary",
+    "Threads",
+    "closing_messages",
+    "thread_workflow_id",
+]
+
+THREAD_PREFIX = "thread-"
+_THREAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+class ThreadError(CapstanError):
+    """A thread call that could not be made (a bad thread id, no such thread)."""
+
+
+def thread_workflow_id(thread: str) -> str:
+    """The workflow id every run of `thread` has; ThreadError names a bad id."""
+    if not _THREAD_ID.fullmatch(thread):
+        raise ThreadError(
+            f"bad thread id {thread!r}: letters, digits, '.', '_' and '-' (at most 200), "
+            "starting with a letter or digit"
+        )
+    return THREAD_PREFIX + thread
+
+
+class Sent(BaseModel):
+    """Where a thread message went: `run_id` (the thread's workflow id), the Temporal
+    execution, and whether the message started it (or was delivered to a running run)."""
+
+    thread: str
+    run_id: str
+    execution: str | None
+    started: bool
+    message_id: str
+
+
+class ThreadRun(BaseModel):
+    """One run of a thread (its last execution when it continued as new)."""
+
+    execution: str
+    status: str
+    started: str
+    closed: str | None = None
+    terminal_reason: str | None = None
+
+
+class ThreadSummary(BaseModel):
+    """One line of `capstan thread ls`: the thread and its latest run."""
+
+    thread: str
+    run_id: str
+    status: str
+    started: str
+    terminal_reason: str | None = None
+
+
+def closing_messages(
+    last: Message | None, tail: Sequence[Message], ended: str
+) -> tuple[Message, ...]:
+    """The messages a continued conversation needs after the previous run's chain: an
+    observation for each call of its last assistant message that none in `tail` answers (first,
+    as providers require), then `tail`."""
+    answered = {m.tool_call_id for m in tail if m.role == "tool"}
+    calls = last.tool_calls if last is not None and last.role == "assistant" else ()
+    closing = tuple(
+        Message(
+            role="tool",
+            tool_call_id=c.id,
+            name=c.name,
+            origin="tool",
+            step=last.step if last is not None else 0,
+            content=f"The run ended ({ended}) with this call."
+            if c.name == "finish"
+            else f"Not run: the run ended ({ended}) before this call ran.",
+        )
+        for c in calls
+        if c.id not in answered
+    )
+    return (*closing, *tail)
+
+
+def _last_message(store: ContentStore, head: BlobRef | None) -> Message | None:
+    """The newest message of a chain: its head segment holds it (blocking IO)."""
+    if head is None:
+        return None
+    segment = Segment.model_validate_json(store.read_bytes(head.sha256))
+    if segment.messages:
+        return segment.messages[-1]
+    messages = load_conversation(store, head)
+    return messages[-1] if messages else None
+
+
+def _name(status: WorkflowExecutionStatus | None) -> str:
+    return status.name.lower() if status else "unknown"
+
+
+class Threads:
+    """Send to, continue and list threads through a `CapstanClient`."""
+
+    def __init__(self, capstan: CapstanClient) -> None:
+        self.capstan = capstan
+
+    async def send(
+        self, thread: str, text: str, spec: RunSpec | None = None, message_id: str | None = None
+    ) -> Sent:
+        """Deliver `text` to the thread's running run, or start its next run with `text` as
+        the task, continuing the previous run's conversation (see `next_spec`). Same
+        `message_id` twice: delivered once to a run."""
+        run_id = thread_workflow_id(thread)
+        item = await self.capstan.prepared(LiveMessage(text=text, id=message_id or ""))
+        delivered = await self._deliver(thread, run_id, item)
+        if delivered is not None:
+            return delivered
+        handle = await self.capstan.client.start_workflow(
+            WORKFLOW_NAME,
+            AgentInput(spec=await self.next_spec(thread, text, spec)),
+            id=run_id,
+            task_queue=self.capstan.settings.task_queue,
+            start_signal=STEER,
+            start_signal_args=[item],
+        )
+        # the server says whether this call started the run or signalled one started meanwhile
+        response = getattr(handle, "_start_workflow_response", None)
+        started = bool(getattr(response, "started", True))
+        return Sent(
+            thread=thread,
+            run_id=run_id,
+            execution=handle.result_run_id,
+            started=started,
+            message_id=item.id,
+        )
+
+    async def next_spec(self, thread: str, text: str, spec: RunSpec | None = None) -> RunSpec:
+        """The spec the thread's next run starts with: `spec`, else the previous run's (its
+        agent, model, tools and policy), else the defaults; `text` is its task, and it goes on
+        from the previous run's conversation."""
+        run_id = thread_workflow_id(thread)
+        execution = await self._last_returned(run_id)
+        previous = await self._result(run_id, execution) if execution else None
+        if spec is None and execution is not None:
+            spec = await self._spec_of(run_id, execution)
+        base = (spec or RunSpec(task=text)).model_copy(
+            update={
+                "task": text,
+                "thread": thread,
+                "run_id": run_id,
+                "continues": None,
+                "continues_tail": (),
+                "continues_tokens": 0,
+            }
+        )
+        return await self.continued(base, previous)
+
+    async def previous(self, thread: str) -> RunResult | None:
+        """The result of the thread's last run that returned one (None: no such run, or the
+        last run is still going)."""
+        run_id = thread_workflow_id(thread)
+        execution = await self._last_returned(run_id)
+        return await self._result(run_id, execution) if execution else None
+
+    async def continued(self, spec: RunSpec, previous: RunResult | None) -> RunSpec:
+        """`spec` pointing at where `previous` left the conversation (unchanged without one)."""
+        if previous is None or (previous.conversation is None and not previous.tail):
+            return spec
+        store = self.capstan.content()
+        last = await asyncio.to_thread(_last_message, store, previous.conversation)
+        tail = closing_messages(last, previous.tail, previous.terminal_reason.value)
+        return spec.model_copy(
+            update={
+                "continues": previous.conversation,
+                "continues_tail": tail,
+                "continues_tokens": previous.context_tokens,
+            }
+        )
+
+    async def runs(self, thread: str) -> list[ThreadRun]:
+        """The thread's runs, oldest first; ThreadError when it has none."""
+        run_id = thread_workflow_id(thread)
+        found: list[tuple[datetime, ThreadRun]] = []
+        async for wf in self.capstan.client.list_workflows(f"WorkflowId = '{run_id}'"):
+            if wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                continue  # one run's earlier execution
+            found.append((wf.start_time, await self._run(wf)))
+        if not found:
+            raise ThreadError(f"no thread {thread!r}")
+        # by the full start time: two runs often start within the second the listing shows
+        return [run for _, run in sorted(found, key=lambda pair: pair[0])]
+
+    async def list_threads(self, limit: int = 50) -> list[ThreadSummary]:
+        """Threads with their latest run, newest first."""
+        query = f"WorkflowType = '{WORKFLOW_NAME}'"
+        seen: dict[str, ThreadSummary] = {}
+        async for wf in self.capstan.client.list_workflows(query):
+            if not wf.id.startswith(THREAD_PREFIX) or wf.id in seen:
+                continue
+            seen[wf.id] = ThreadSummary(
+                thread=wf.id.removeprefix(THREAD_PREFIX),
+                run_id=wf.id,
+                status=_name(wf.status),
+                started=wf.start_time.isoformat(timespec="seconds"),
+                terminal_reason=await self.capstan.terminal_reason(wf),
+            )
+            if len(seen) >= limit:
+                break
+        return list(seen.values())
+
+    async def _run(self, wf: WorkflowExecution) -> ThreadRun:
+        return ThreadRun(
+            execution=wf.run_id,
+            status=_name(wf.status),
+            started=wf.start_time.isoformat(timespec="seconds"),
+            closed=wf.close_time.isoformat(timespec="seconds") if wf.close_time else None,
+            terminal_reason=await self.capstan.terminal_reason(wf),
+        )
+
+    async def _deliver(self, thread: str, run_id: str, item: SteeringBase) -> Sent | None:
+        """Signal the running run, if there is one (None: there is none, or it just ended)."""
+        latest = await self._latest(run_id)
+        if latest is None or latest.status != WorkflowExecutionStatus.RUNNING:
+            return None
+        try:
+            await self.capstan.handle(run_id).signal(STEER, item)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None  # it ended meanwhile: the caller starts the next run
+            raise
+        return Sent(
+            thread=thread,
+            run_id=run_id,
+            execution=latest.run_id,
+            started=False,
+            message_id=item.id,
+        )
+
+    async def _last_returned(self, run_id: str) -> str | None:
+        """The execution of the thread's last run that returned a result (None while the
+        latest runs); a run ended outside Capstan (terminated) is passed over."""
+        latest = await self._latest(run_id)
+        if latest is None or latest.status == WorkflowExecutionStatus.RUNNING:
+            return None
+        if latest.status == WorkflowExecutionStatus.COMPLETED:
+            return latest.run_id
+        query = f"WorkflowId = '{run_id}' AND ExecutionStatus = 'Completed'"
+        async for wf in self.capstan.client.list_workflows(query, limit=1):
+            return wf.run_id
+        return None
+
+    async def _result(self, run_id: str, execution: str) -> RunResult:
+        handle = self.capstan.client.get_workflow_handle(
+            run_id, run_id=execution, result_type=RunResult
+        )
+        result: RunResult = await handle.result(follow_runs=False)
+        return result
+
+    async def _spec_of(self, run_id: str, execution: str) -> RunSpec | None:
+        """The spec an execution started with, from the first event of its history."""
+        handle = self.capstan.client.get_workflow_handle(run_id, run_id=execution)
+        async for event in handle.fetch_history_events(page_size=1):
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            converter = self.capstan.client.data_converter
+            (start,) = await converter.decode(list(payloads)[:1], [AgentInput])
+            return start.spec if isinstance(start, AgentInput) else None
+        return None
+
+    async def _latest(self, run_id: str) -> WorkflowExecutionDescription | None:
+        try:
+            return await self.capstan.handle(run_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise

@@ -1,0 +1,147 @@
+"""Webhook configuration, signatures, bodies and which requests are new (no server)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from capstan.activities.webhook_bodies import inbox_link, json_body, slack_body
+from capstan.api.inbox import _dom_id
+from capstan.core.notify import inbox_path, newly_opened
+from capstan.core.steering import ApprovalRequest, Question
+from capstan.runtime.config import ConfigError
+from capstan.runtime.embedded import EmbeddedServer
+from capstan.runtime.webhooks import load_webhooks, sign, verify_signature
+
+WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def approval(
+    request_id: str = "run-1/2/c1", arguments: str = '{"path": "a.txt"}'
+) -> ApprovalRequest:
+    return ApprovalRequest(
+        request_id=request_id,
+        call_id="c1",
+        step=2,
+        tool="write_file",
+        arguments=arguments,
+        args_hash="h",
+        reason="policy asks for write_file",
+        expires_at=WHEN,
+    )
+
+
+def question(request_id: str = "run-1/3/c2") -> Question:
+    return Question(
+        request_id=request_id, call_id="c2", step=3, question="Red <or> blue?", expires_at=WHEN
+    )
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "hooks.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_good_file_loads_and_checks_its_secrets_against_the_environment(
+    tmp_path: Path,
+) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("from-a-file\n")
+    path = write(
+        tmp_path,
+        '[hooks.a]\nurl = "https://a.example/x"\nsecret_env = "A_SECRET"\n'
+        f'[hooks.b]\nurl_env = "B_URL"\nsecret_file = "{secret}"\nevents = ["question"]\n'
+        '[hooks.c]\nurl = "http://c.example/"\nformat = "slack"\n',
+    )
+    config = load_webhooks(path, {"A_SECRET": "s", "B_URL": "https://b.example/y?token=t"})
+    a, b, c = config.hooks
+    assert a.secret_env == "A_SECRET" and b.events == ("question",) and c.format == "slack"
+    assert b.resolve_secret({}) == b"from-a-file"
+    assert b.where({"B_URL": "https://b.example/y?token=t"}) == "b (b.example)"  # no token
+    with pytest.raises(ConfigError, match=r"^CAPSTAN_WEBHOOKS=.*A_SECRET is not set.*B_URL"):
+        load_webhooks(path, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[hooks.a\n", "is not valid TOML"),
+        ('[hooks.a]\nurl = "https://x"\n', "a json hook needs `secret_env` or `secret_file`"),
+        ('[hooks.a]\nurl = "ftp://x"\nformat = "slack"\n', "must be http"),
+        ('[hooks.a]\nformat = "slack"\n', "exactly one of `url` or `url_env`"),
+        ('[hooks.a]\nurl = "https://x"\nformat = "xml"\n', "format"),
+        ('[hook.a]\nurl = "https://x"\n', "unknown top-level keys"),
+        ('[hooks.a]\nurl = "https://x"\nformat = "slack"\ncolour = 1\n', "colour"),
+    ],
+)
+def test_a_bad_file_is_one_line_naming_it(tmp_path: Path, text: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_webhooks(write(tmp_path, text))
+    message = str(caught.value)
+    assert message.startswith("CAPSTAN_WEBHOOKS=") and "\n" not in message
+    assert problem in message
+
+
+def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_webhooks(tmp_path / "nope.toml")
+
+
+def test_signatures_bind_the_body_the_secret_and_the_time() -> None:
+    body = b'{"event":"approval.opened"}'
+    header = sign(b"k", 1_000, body)
+    assert header.startswith("sha256=") and len(header) == 7 + 64
+    assert verify_signature(b"k", body, header, "1000", now=1_010)
+    assert not verify_signature(b"k", body + b" ", header, "1000", now=1_010)
+    assert not verify_signature(b"other", body, header, "1000", now=1_010)
+    assert not verify_signature(b"k", body, header, "1001", now=1_010)  # timestamp is signed
+    assert not verify_signature(b"k", body, header, "1000", now=1_000 + 301)  # a replay
+    assert not verify_signature(b"k", body, header, "soon", now=1_000)
+
+
+def test_only_requests_not_announced_before_are_notified() -> None:
+    first, second = approval("run-1/2/c1"), approval("run-1/2/c3")
+    items = newly_opened("run-1", [first, second], [question()], {"run-1/2/c1"})
+    assert [(i.kind, i.request_id) for i in items] == [
+        ("approval", "run-1/2/c3"),
+        ("question", "run-1/3/c2"),
+    ]
+    assert newly_opened("run-1", [first], [], {"run-1/2/c1"}) == []
+
+
+def test_the_inbox_path_points_at_the_requests_card() -> None:
+    path = inbox_path("run-1", "run-1/2/c1")
+    assert path == f"/runs/run-1#{_dom_id('run-1 run-1/2/c1')}"
+    # a delegated child's request is a card on its root run's page (under the root's pending)
+    child = inbox_path("run-1/writer-1.0", "run-1/writer-1.0/2/c1")
+    assert child == f"/runs/run-1#{_dom_id('run-1 run-1/writer-1.0/2/c1')}"
+
+
+def test_bodies_carry_the_request_and_the_link() -> None:
+    (item,) = newly_opened("run-1", [approval()], [], set())
+    link = inbox_link("https://inbox.example/", item)
+    assert link == "https://inbox.example" + item.inbox_path
+    assert inbox_link(None, item) is None
+    body = json_body(item, "x" * 20_000, link)
+    assert body["event"] == "approval.opened" and body["delivery"] == "run-1/2/c1"
+    assert len(body["request"]["arguments"]) == 16_000 and body["request"]["arguments_truncated"]
+    slack = slack_body(item, '{"path": "<a>.txt"}', link)
+    assert slack["text"] == (
+        f"Capstan run `run-1` asks to approve `write_file`: <{link}|open in the inbox>"
+    )
+    texts = [b["text"]["text"] for b in slack["blocks"] if b["type"] == "section"]
+    assert '```{"path": "&lt;a&gt;.txt"}```' in texts
+    assert slack["blocks"][-1]["elements"][0]["url"] == link
+    (asked,) = newly_opened("run-1", [], [question()], set())
+    unlinked = slack_body(asked, None, None)
+    assert unlinked["text"] == "Capstan run `run-1` asks: Red &lt;or&gt; blue?"
+    assert all(b["type"] == "section" for b in unlinked["blocks"])  # no button without a link
+
+
+def test_the_embedded_server_registers_the_tenant_attribute(tmp_path: Path) -> None:
+    command = EmbeddedServer(tmp_path, 7233).command()
+    at = command.index("--search-attribute")
+    assert command[at + 1] == "CapstanTenant=Keyword"

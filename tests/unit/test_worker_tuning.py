@@ -1,0 +1,71 @@
+"""The worker's performance knobs: the workflow cache size from `CAPSTAN_MAX_CACHED_RUNS`, the
+tools' first retry from the run's `ActivityTuning`, and a worker start that does not import the
+MCP SDK when no MCP server is configured; a decision that goes out with no extra round trip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from capstan.client.runs import CapstanClient
+from capstan.core.activity_table import ACTIVITIES, ActivityName
+from capstan.core.children import ChildRun
+from capstan.core.spec import ActivityTuning
+from capstan.runtime.config import ConfigError, Settings
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    config = tmp_path / "temporal.toml"
+    config.write_text("")
+    return {"TEMPORAL_CONFIG_FILE": str(config)}
+
+
+def test_the_workflow_cache_size_is_a_setting(env: dict[str, str]) -> None:
+    assert Settings.from_env(env).max_cached_runs == 128
+    assert Settings.from_env({**env, "CAPSTAN_MAX_CACHED_RUNS": "0"}).max_cached_runs == 0
+    with pytest.raises(ConfigError, match="CAPSTAN_MAX_CACHED_RUNS"):
+        Settings.from_env({**env, "CAPSTAN_MAX_CACHED_RUNS": "-1"})
+
+
+def test_tool_first_retry_comes_from_the_tuning() -> None:
+    options = ACTIVITIES[ActivityName.RUN_TOOL].options
+    assert options(ActivityTuning(), None).initial_retry == 1.0  # what runs had before
+    assert options(ActivityTuning(tool_initial_retry=0.25), 5.0).initial_retry == 0.25
+    old_spec = ActivityTuning.model_validate({"tool_max_attempts": 3})  # recorded before it
+    assert old_spec.tool_initial_retry == 1.0
+
+
+def test_the_worker_imports_no_mcp_sdk_without_servers() -> None:
+    probe = (
+        "import sys, capstan.worker\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"
+
+
+async def test_a_decision_for_the_run_itself_needs_no_describe(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`<run>/<step>/<call>` is the run's own request: no round trip to find its owner; a
+    child's request (`<run>/<agent>-<step>.<i>/...`) still looks the child up."""
+    described: list[str] = []
+
+    async def children(run_id: str) -> list[ChildRun]:
+        described.append(run_id)
+        if run_id != "r1":
+            return []
+        return [ChildRun(workflow_id="r1/helper-2.0", agent="helper", step=2, call_id="c")]
+
+    client = CapstanClient(None, Settings())  # type: ignore[arg-type]
+    monkeypatch.setattr(client, "children", children)
+    assert await client.owner("r1", "r1/12/call_7") == "r1"
+    assert described == []
+    assert await client.owner("r1", "r1/helper-2.0/3/call_1") == "r1/helper-2.0"
+    assert described == ["r1"]  # the child owns `<child>/3/call_1` itself: no second look
