@@ -7,8 +7,12 @@ BIN := $(VENV)/bin
 
 # llama-cpp-python builds from source (about 8 minutes on 2 cores, then pip caches the wheel).
 # Its default build targets the build machine's exact CPU and crashed on prompts longer than
-# one token here; these flags build portable AVX2 kernels instead.
-export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# one token here; these flags build portable AVX2 kernels instead. Capstan uses only the text
+# model: multimodal support (libmtmd, LLAVA_BUILD) is left out; llama.cpp's tests, tools,
+# examples and server binaries are off (already so when built inside llama-cpp-python 0.3.x).
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF \
+	-DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
 
 $(BIN)/capstan: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

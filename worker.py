@@ -125,6 +125,8 @@ def build_worker(
         http,
         count_tokens=count_tokens,
         telemetry=telemetry,
+        workspace=settings.workspace_dir,
+        local_choices=settings.local_choices,
     )
     compaction = CompactionActivities(content, models, http, count_tokens)
     worker_env = env if env is not None else os.environ

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import httpx
 from opentelemetry.trace import SpanKind
@@ -30,6 +31,7 @@ from capstan.activities.budget import ResultBudget
 from capstan.activities.heartbeat import with_heartbeat
 from capstan.activities.providers.anthropic import AnthropicMessages
 from capstan.activities.providers.base import ChatAdapter, ProviderReply, RenderedMessage
+from capstan.activities.providers.local_choices import narrow_for_call
 from capstan.activities.providers.openai_chat import OpenAIChat
 from capstan.activities.providers.profiles import (
     Profile,
@@ -123,8 +125,14 @@ class ModelActivities:
         http: httpx.AsyncClient,
         count_tokens: Callable[[str], int] | None = None,
         telemetry: Instruments | None = None,
+        *,
+        workspace: Path | None = None,
+        local_choices: Literal["paths", "lines", "off"] = "paths",
     ) -> None:
         self.telemetry = telemetry or Instruments()
+        # the `local` provider's argument choices list it (activities/providers/local_choices)
+        self.workspace = workspace
+        self.local_choices = local_choices
         self.content = content
         self.env = env
         self.http = http
@@ -295,7 +303,11 @@ class ModelActivities:
         )
         fresh = render(self.content, request.new_messages, budget)
         view = base.extend(fresh, self.count_tokens)
-        return Prompt(profile, budget, self._tools(request.tools), view)
+        tools = self._tools(request.tools)
+        if profile.provider == "local" and self.workspace and self.local_choices != "off":
+            lines = self.local_choices == "lines"
+            tools = narrow_for_call(tools, self.workspace, view.messages, lines=lines)
+        return Prompt(profile, budget, tools, view)
 
     def _record(
         self, request: CallModelInput, prompt: Prompt, reply: ProviderReply

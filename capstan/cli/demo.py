@@ -1,10 +1,11 @@
 """`capstan demo`: what Capstan is for, in one run you can watch.
 
-The demo starts the embedded Temporal server, a worker process and one agent run that copies a
-line from a file. Mid-run it SIGKILLs that worker and starts another: the run carries on from the
-step it was at. The write waits for a reviewer; the demo shows the request and its arguments
-hash and approves it. At the end it checks the answer against the file, verifies the run's audit
-trail and writes the HTML audit page.
+The demo starts the embedded Temporal server, a worker process and one agent run that copies the
+line of a file into a new file (`capstan.cli.demo_task`). Mid-run it SIGKILLs that worker and
+starts another: the run carries on from the step it was at. The write waits for a reviewer; the
+demo shows the request and its arguments hash and approves it. At the end it says plainly
+whether what was written (and answered) matches the line, verifies the run's audit trail and
+writes the HTML audit page.
 
 The model: `CAPSTAN_MODEL` if set; else the bundled SmolLM2 when the `local` extra is installed;
 else Capstan's scripted offline model (the fake provider the tests use), so a fresh machine
@@ -28,6 +29,7 @@ from capstan.audit.follow import HistoryFollower
 from capstan.audit.history import decode_history, load_histories
 from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail, verify_chain
+from capstan.cli.demo_task import DEMO_TASK, GUARDS, TOOLS, Verdict
 from capstan.client.runs import CapstanClient
 from capstan.core.spec import ActivityTuning, RunResult, RunSpec, TerminalReason
 from capstan.runtime import local_model
@@ -36,20 +38,6 @@ from capstan.testing.fake_provider import FakeProvider, Reply, call, say
 
 __all__ = ["run_demo"]
 
-NOTES = (
-    "Harbour log, week 12\n"
-    "The harbour crane lifts 42 containers an hour.\n"
-    "Two tugs are in for repair.\n"
-)
-LINE = "The harbour crane lifts 42 containers an hour."
-TASK = (
-    "Copy the line of notes.txt that mentions the crane into a new file summary.txt, "
-    "then finish with that line."
-)
-SYSTEM = (
-    "You are an agent that uses tools. Call read_file to read notes.txt, then write_file to "
-    "write summary.txt, then finish."
-)
 #: The worker is killed while the model call of this step (counted from 1) is in flight.
 KILL_AT_STEP = 3
 #: Short heartbeats so the killed worker's activity is retried within seconds.
@@ -58,26 +46,30 @@ TUNING = ActivityTuning(model_heartbeat=2.0, tool_heartbeat=2.0, model_initial_r
 
 def _scripted(step: int, messages: list[dict[str, Any]]) -> Reply:
     """An offline 'model' that reads its observations, so what it writes comes from the file."""
+    task = DEMO_TASK
     observed = [str(m.get("content") or "") for m in messages if m.get("role") == "tool"]
     if step == 0:
         return say(call("list_dir"), content="Let me look at the workspace first.")
     if step == 1:
-        return say(call("read_file", path="notes.txt"), content="notes.txt is there; reading it.")
-    line = next((ln for text in observed for ln in text.splitlines() if "crane" in ln), "")
+        return say(call("read_file", path=task.source), content=f"{task.source} is there.")
+    line = next((ln for text in observed for ln in text.splitlines() if task.line in ln), "")
     if step == KILL_AT_STEP - 1:  # held long enough for the demo to kill the worker mid-call
         return Reply(
-            content="Copying the crane line.",
-            tool_calls=(("write_file", {"path": "summary.txt", "content": line.strip()}),),
+            content="Copying the line.",
+            tool_calls=(("write_file", {"path": task.target, "content": line.strip()}),),
             hold_seconds=3.0,
         )
-    written = next((t for t in observed if "summary.txt" in t), "")
-    return say(call("finish", answer=LINE if written else "nothing written"), content="Done.")
+    written = next((t for t in observed if task.target in t), "")
+    answer = task.line if written else "nothing written"
+    return say(call("finish", answer=answer), content="Done.")
 
 
 @contextlib.contextmanager
 def _model_env(settings: Settings, scripted: bool) -> Iterator[dict[str, str]]:
     """The workers' environment: the configured model, the bundled one, or the scripted one."""
     env = dict(os.environ)
+    # the demo's task is copying a line: the bundled model's choices include the lines read
+    env.setdefault("CAPSTAN_LOCAL_CHOICES", "lines")
     if scripted:
         env.pop("CAPSTAN_MODEL", None)
     elif env.get("CAPSTAN_MODEL"):
@@ -143,16 +135,21 @@ async def run_demo(settings: Settings, scripted: bool = False) -> int:
     from capstan import worker
 
     workspace = settings.workspace_dir
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / "notes.txt").write_text(NOTES, encoding="utf-8")
-    (workspace / "summary.txt").unlink(missing_ok=True)
+    DEMO_TASK.prepare(workspace)
     with _model_env(settings, scripted) as env:
         async with worker.temporal_for(settings) as temporal:
             client = CapstanClient(temporal, settings)
             workers = _Workers(env, settings)
             try:
                 print(f"worker 1 started (pid {workers.start()}); Temporal at {settings.address}")
-                spec = RunSpec(task=TASK, system_prompt=SYSTEM, max_steps=8, tuning=TUNING)
+                spec = RunSpec(
+                    task=DEMO_TASK.task,
+                    system_prompt=DEMO_TASK.system,
+                    allowed_tools=TOOLS,
+                    max_steps=8,
+                    tuning=TUNING,
+                    guards=GUARDS,
+                )
                 run_id = await client.start_run(spec)
                 print(f"run {run_id} started; workspace {workspace}\n")
                 result = await _narrate(client, run_id, workers)
@@ -219,13 +216,9 @@ async def _conclude(
     answer = content.resolve(result.output) if result.output is not None else ""
     print(f"\nresult: {result.terminal_reason.value} after {result.steps} steps")
     print(f"answer: {answer or result.error}")
-    summary = workspace / "summary.txt"
-    written = summary.read_text(encoding="utf-8").strip() if summary.exists() else ""
-    matched = written == LINE
-    print(
-        f"summary.txt {'matches' if matched else 'does NOT match'} the crane line of notes.txt"
-        + ("" if matched else f" (it holds {written!r})")
-    )
+    done = DEMO_TASK.check(workspace)
+    matched = done.matched and DEMO_TASK.line in answer
+    print(_verdict_line(done, answer))
     runs = [decode_history(h) for h in await load_histories(client.client, run_id)]
     records, issues = build_trail(runs, content)
     problems = issues + verify_chain(records)
@@ -237,3 +230,15 @@ async def _conclude(
     print(f"again from the CLI: capstan audit {run_id} --verify")
     completed = result.terminal_reason is TerminalReason.COMPLETED
     return 0 if completed and matched and not problems else 1
+
+
+def _verdict_line(verdict: Verdict, answer: str) -> str:
+    """Whether the run did the task, in one plain sentence."""
+    task = DEMO_TASK
+    if verdict.written is None:
+        return f"the task was NOT done: {task.target} was not written"
+    if not verdict.matched:
+        return f"the task was NOT done: {task.target} holds {verdict.written!r}, not the line"
+    if task.line not in answer:
+        return f"{task.target} matches the line of {task.source}, but the answer does NOT"
+    return f"{task.target} matches the line of {task.source}, and so does the answer"

@@ -27,9 +27,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 
+from capstan.runtime.data_dir import resolve_data_dir
 from capstan.runtime.environment import ConfigError, EnvSettings
 from capstan.runtime.s3 import S3Access
 from capstan.runtime.temporal_connection import TemporalAccess, load_temporal_profile
@@ -96,6 +98,11 @@ class Settings(EnvSettings):
     # `capstan serve` their messages link to (`<inbox_url>/runs/<run>#<request>`).
     webhooks_file: Path | None = Field(None, validation_alias="CAPSTAN_WEBHOOKS")
     inbox_url: str | None = Field(None, validation_alias="CAPSTAN_INBOX_URL")
+    # How the bundled (`local`) model's tool arguments are narrowed to what exists
+    # (capstan.activities.providers.local_choices): paths only, also lines read, or nothing.
+    local_choices: Literal["paths", "lines", "off"] = Field(
+        "paths", validation_alias="CAPSTAN_LOCAL_CHOICES"
+    )
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -104,6 +111,8 @@ class Settings(EnvSettings):
         profile = load_temporal_profile(env)
         values = cls.environment_values(env)
         values.setdefault("CAPSTAN_IDENTITY", _default_identity())
+        # explicit, else the project's, else the user's (capstan.runtime.data_dir)
+        values["CAPSTAN_DATA_DIR"] = str(resolve_data_dir(env, Path.cwd()))
         return cls.validated(
             **values,
             temporal_address=profile.address,
