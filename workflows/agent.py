@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RawValue, RetryPolicy
+from temporalio.common import RawValue
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -75,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         TranscriptView,
     )
 
+from capstan.workflows.activity_options import heartbeat_timeout, retry_policy
 from capstan.workflows.children import Children
 from capstan.workflows.notify import announced_before, notify_opened
 
@@ -372,17 +373,8 @@ class AgentWorkflow:
             arg,
             result_type=spec.result,
             start_to_close_timeout=timedelta(seconds=options.start_to_close),
-            heartbeat_timeout=(
-                timedelta(seconds=options.heartbeat) if options.heartbeat is not None else None
-            ),
-            retry_policy=RetryPolicy(
-                initial_interval=timedelta(seconds=options.initial_retry),
-                maximum_interval=(
-                    timedelta(seconds=options.max_retry) if options.max_retry is not None else None
-                ),
-                maximum_attempts=options.max_attempts,
-                non_retryable_error_types=list(options.non_retryable) or None,
-            ),
+            heartbeat_timeout=heartbeat_timeout(options),
+            retry_policy=retry_policy(options),
         )
 
     async def _run_tools(self, effect: RunTools) -> Outcome:

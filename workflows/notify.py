@@ -19,13 +19,14 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from capstan.core.activity_table import ACTIVITIES, ActivityName
     from capstan.core.notify import NotifyInput, NotifyResult, newly_opened
     from capstan.core.spec import ActivityTuning
     from capstan.core.workflow_io import NOTIFY_PATCH, REQUESTS_MEMO, OpenRequests
+
+from capstan.workflows.activity_options import retry_policy
 
 __all__ = ["announced_before", "notify_opened"]
 
@@ -60,14 +61,7 @@ def _start(item: NotifyInput, tuning: ActivityTuning) -> workflow.ActivityHandle
         item,
         result_type=NotifyResult,
         start_to_close_timeout=timedelta(seconds=options.start_to_close),
-        retry_policy=RetryPolicy(
-            initial_interval=timedelta(seconds=options.initial_retry),
-            maximum_interval=(
-                timedelta(seconds=options.max_retry) if options.max_retry is not None else None
-            ),
-            maximum_attempts=options.max_attempts,
-            non_retryable_error_types=list(options.non_retryable) or None,
-        ),
+        retry_policy=retry_policy(options),
         # the run does not wait for a notification, so its cancellation need not either
         cancellation_type=workflow.ActivityCancellationType.ABANDON,
     )

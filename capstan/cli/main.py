@@ -14,18 +14,22 @@ import signal
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from capstan.cli.audit import register_audit
 from capstan.cli.codec import register_codec
 from capstan.cli.schedule import register_schedule
 from capstan.cli.steering import register_steering
-from capstan.cli.support import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError, Command
+from capstan.cli.support import (
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_RUN_NOT_COMPLETED,
+    CliError,
+    Command,
+    spec_from_args,
+)
 from capstan.cli.support import client_for as _client
 from capstan.cli.support import print_json as _print_json
 from capstan.cli.thread import register_thread, start_thread_run
 from capstan.cli.watching import cmd_watch
-from capstan.client.agents import load_spec, resolve_agent
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.transcript import build_transcript
 from capstan.client.watch import format_step
@@ -68,35 +72,15 @@ def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
 
 
 def _run_spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
-    """The spec `run` starts: a spec file, an agent definition, or flags; flags given on the
-    command line override the file's or the definition's fields."""
-    given = {
-        "model": args.model,
-        "max_steps": args.max_steps,
-        "run_id": args.id,
-        "finish_mode": args.finish_mode,
-        "system_prompt": args.system,
-        "auto_approve": args.auto_approve or None,
-        "allowed_tools": tuple(args.tools.split(",")) if args.tools else None,
-        "wait_for_steps_grant": args.grant_steps or None,
-    }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if args.task is not None:
-        overrides["task"] = args.task
-    if args.spec:
-        return load_spec(Path(args.spec), **overrides)
-    if args.task is None:
-        raise CliError("run: give a task (or --spec FILE with one)")
-    if args.agent:
-        if settings.agents_file is None:
-            raise CliError("run --agent: set CAPSTAN_AGENTS to the agents file (TOML)")
-        task = overrides.pop("task")
-        return resolve_agent(settings.agents_file, args.agent, task, **overrides)
-    try:
-        return RunSpec.model_validate(overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise CliError(f"run: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    """The spec `run` starts (see `spec_from_args`)."""
+    return spec_from_args(
+        args,
+        settings,
+        "run",
+        run_id=args.id,
+        finish_mode=args.finish_mode,
+        wait_for_steps_grant=args.grant_steps or None,
+    )
 
 
 async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:

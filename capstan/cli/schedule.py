@@ -9,15 +9,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 
 from pydantic import ValidationError
 
 from capstan.audit.display import duration
 from capstan.cli.intermixed import IntermixedParser
-from capstan.cli.support import EXIT_OK, CliError, Command, print_json
+from capstan.cli.support import EXIT_OK, CliError, Command, print_json, spec_from_args
 from capstan.cli.support import client_for as _client
-from capstan.client.agents import load_spec, resolve_agent
 from capstan.client.schedules import OVERLAP, Schedules, ScheduleSummary, When, parse_duration
 from capstan.core.spec import RunSpec
 from capstan.runtime.config import Settings
@@ -28,32 +26,7 @@ Adder = Callable[[str, Command, str], argparse.ArgumentParser]
 
 
 def _spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
-    given = {
-        "model": args.model,
-        "max_steps": args.max_steps,
-        "system_prompt": args.system,
-        "auto_approve": args.auto_approve or None,
-        "allowed_tools": tuple(args.tools.split(",")) if args.tools else None,
-    }
-    overrides = {k: v for k, v in given.items() if v is not None}
-    if args.task is not None:
-        overrides["task"] = args.task
-    if args.spec:
-        return load_spec(Path(args.spec), **overrides)
-    if args.task is None:
-        raise CliError("schedule create: give a task (or --spec FILE with one)")
-    if args.agent:
-        if settings.agents_file is None:
-            raise CliError("schedule create --agent: set CAPSTAN_AGENTS to the agents file (TOML)")
-        task = overrides.pop("task")
-        return resolve_agent(settings.agents_file, args.agent, task, **overrides)
-    try:
-        return RunSpec.model_validate(overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise CliError(
-            f"schedule create: {'.'.join(map(str, first['loc']))}: {first['msg']}"
-        ) from None
+    return spec_from_args(args, settings, "schedule create")
 
 
 def _duration(text: str | None) -> timedelta | None:

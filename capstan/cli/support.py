@@ -7,10 +7,15 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from capstan.audit.display import duration
+from capstan.client.agents import load_spec, resolve_agent
 from capstan.client.runs import CapstanClient
+from capstan.core.spec import RunSpec
 from capstan.runtime.config import ConfigError, Settings
 from capstan.runtime.temporal_connection import TemporalConnectError
 
@@ -23,6 +28,7 @@ __all__ = [
     "client_for",
     "expires_in",
     "print_json",
+    "spec_from_args",
 ]
 
 EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_ERROR = 0, 1, 2
@@ -64,3 +70,36 @@ def expires_in(at: datetime, now: datetime | None = None) -> str:
     at = at if at.tzinfo else at.replace(tzinfo=UTC)
     left = (at - (now or datetime.now(UTC))).total_seconds()
     return f"expires in {duration(left)}" if left >= 0 else f"expired {duration(-left)} ago"
+
+
+def spec_from_args(
+    args: argparse.Namespace, settings: Settings, command: str, **fields: Any
+) -> RunSpec:
+    """The spec `command` (`run`, `schedule create`) starts: a spec file (`--spec`), an agent
+    definition (`--agent`), or flags; flags given on the command line (and `fields`, the
+    command's own, when not None) override the file's or the definition's fields."""
+    given = {
+        "model": args.model,
+        "max_steps": args.max_steps,
+        "system_prompt": args.system,
+        "auto_approve": args.auto_approve or None,
+        "allowed_tools": tuple(args.tools.split(",")) if args.tools else None,
+        **fields,
+    }
+    overrides = {k: v for k, v in given.items() if v is not None}
+    if args.task is not None:
+        overrides["task"] = args.task
+    if args.spec:
+        return load_spec(Path(args.spec), **overrides)
+    if args.task is None:
+        raise CliError(f"{command}: give a task (or --spec FILE with one)")
+    if args.agent:
+        if settings.agents_file is None:
+            raise CliError(f"{command} --agent: set CAPSTAN_AGENTS to the agents file (TOML)")
+        task = overrides.pop("task")
+        return resolve_agent(settings.agents_file, args.agent, task, **overrides)
+    try:
+        return RunSpec.model_validate(overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise CliError(f"{command}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None

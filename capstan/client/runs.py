@@ -268,15 +268,7 @@ class CapstanClient:
         `checked` sends the validated update; if no worker takes it within `update_timeout`
         seconds the same input goes as a signal instead (and None is returned). When Temporal
         itself gives up on the update first, `UpdateTimeoutError` says so."""
-        update: dict[str, str] = {}
-        if not item.id:
-            update["id"] = uuid.uuid4().hex
-        if not item.identity:
-            update["identity"] = self.settings.identity
-        item = await self._stored(item.model_copy(update=update))
-        problem = size_problem(item)
-        if problem is not None:
-            raise SteeringError(f"{item.wire.commands[0]}: {problem}")
+        item = await self.prepared(item)
         handle = self.handle(run_id)
         try:
             if not checked:
