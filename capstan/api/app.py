@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from capstan.api import pages, routes, steer_routes
+from capstan.api import pages, routes, steer_routes, thread_routes
 from capstan.api.auth import TokenStore, load_tokens
 from capstan.api.backend import Backend, WriteLimiter
 from capstan.api.errors import BodyLimit, install_error_handlers
@@ -49,6 +49,7 @@ def create_app(
     install_error_handlers(app)
     app.include_router(routes.router)
     app.include_router(steer_routes.router)
+    app.include_router(thread_routes.router)
     app.include_router(pages.router)
     app.add_middleware(BodyLimit, limit=api.max_body_bytes)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

@@ -29,7 +29,7 @@ from capstan.client.transcript import StepView, build_transcript
 from capstan.core.spec import RunSpec, RunStatus, TerminalReason
 from capstan.core.steering import PendingView
 
-__all__ = ["RunIdPath", "router"]
+__all__ = ["RunIdPath", "from_agent", "router", "weakened"]
 
 RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN, max_length=200)]
 Reader = Annotated[Principal, Depends(require(Scope.READ))]
@@ -48,14 +48,14 @@ class EventStreamResponse(StreamingResponse):
     media_type = "text/event-stream"
 
 
-def _weakened(spec: RunSpec) -> list[str]:
+def weakened(spec: RunSpec) -> list[str]:
     """The parts of a spec that let tools run without a human: they need `admin`."""
     found = [name for name in ("auto_approve", "waive_rule_of_two") if getattr(spec, name)]
     found += [
         f"tool_policy.{tool}" for tool, rule in spec.tool_policy.items() if rule.decision == "allow"
     ]
     for name, child in spec.delegates.items():  # a child runs what its definition allows
-        found += [f"delegates.{name}.{part}" for part in _weakened(child)]
+        found += [f"delegates.{name}.{part}" for part in weakened(child)]
     return found
 
 
@@ -72,23 +72,23 @@ async def start_run(
 ) -> StartedRun:
     """Start a run (`capstan run --json`); it belongs to the token's tenant. With `agent`, the
     server's agent definition (`CAPSTAN_AGENTS`) is the spec and the body's fields override it."""
-    weakened = _weakened(spec)
-    if weakened and not principal.may(Scope.ADMIN):
+    unattended = weakened(spec)
+    if unattended and not principal.may(Scope.ADMIN):
         raise ApiError(
-            403, "forbidden", f"only an admin token may start a run with {', '.join(weakened)}"
+            403, "forbidden", f"only an admin token may start a run with {', '.join(unattended)}"
         )
     # a thread run needs signal-with-start and tenant checks; a body never points at a chain
     # (another tenant's) nor forges the messages a run starts with
     for name in ("thread", "continues", "continues_tail", "continues_tokens"):
         if getattr(spec, name) != RunSpec.model_fields[name].default:
-            message = "threads are not offered over HTTP yet: use `capstan send --thread`"
+            message = "a thread's runs start with POST /api/threads/{thread}/messages"
             raise ApiError(422, "invalid", message, field=f"body.{name}")
     if spec.agent is not None:
-        spec = _from_agent(spec, runs.client.settings.agents_file)
+        spec = from_agent(spec, runs.client.settings.agents_file)
     return StartedRun(run_id=await runs.start(spec, principal))
 
 
-def _from_agent(body: RunSpec, agents_file: FilePath | None) -> RunSpec:
+def from_agent(body: RunSpec, agents_file: FilePath | None) -> RunSpec:
     if agents_file is None:
         raise ApiError(422, "invalid", "this server has no agent definitions", field="body.agent")
     overrides = body.model_dump(exclude_unset=True, exclude={"task", "agent"})

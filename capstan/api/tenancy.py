@@ -162,19 +162,25 @@ class Tenancy:
             )
         run_id = spec.run_id or f"run-{uuid.uuid4().hex[:12]}"
         spec = spec.model_copy(update={"run_id": run_id})
-        indexed = await self.index.ready(self.client.client)
         await self.client.client.start_workflow(
             WORKFLOW_NAME,
             AgentInput(spec=spec),
             id=run_id,
             task_queue=self.client.settings.task_queue,
-            memo={TENANT_MEMO: principal.tenant},
-            search_attributes=TypedSearchAttributes(
-                [SearchAttributePair(TENANT_KEY, principal.tenant)] if indexed else []
-            ),
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            **await self.ownership(principal),
         )
         return run_id
+
+    async def ownership(self, principal: Principal) -> dict[str, Any]:
+        """The start options that make a run the principal's tenant's: the memo entry, and the
+        search attribute when the namespace has it."""
+        indexed = await self.index.ready(self.client.client)
+        pairs = [SearchAttributePair(TENANT_KEY, principal.tenant)] if indexed else []
+        return {
+            "memo": {TENANT_MEMO: principal.tenant},
+            "search_attributes": TypedSearchAttributes(pairs),
+        }
 
     async def _scoped(self, query: str, tenant: str) -> str:
         """`query` narrowed on the server to the tenant's runs and the runs with no tenant

@@ -28,6 +28,7 @@ import asyncio
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import (
@@ -59,6 +60,8 @@ __all__ = [
 
 THREAD_PREFIX = "thread-"
 _THREAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+#: a thread id, optionally scoped to an API tenant (`acme:support-42`, see `capstan.api`)
+_SCOPED_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,63}:)?" + _THREAD_ID.pattern)
 
 
 class ThreadError(CapstanError):
@@ -67,7 +70,7 @@ class ThreadError(CapstanError):
 
 def thread_workflow_id(thread: str) -> str:
     """The workflow id every run of `thread` has; ThreadError names a bad id."""
-    if not _THREAD_ID.fullmatch(thread):
+    if not _SCOPED_ID.fullmatch(thread):
         raise ThreadError(
             f"bad thread id {thread!r}: letters, digits, '.', '_' and '-' (at most 200), "
             "starting with a letter or digit"
@@ -153,11 +156,17 @@ class Threads:
         self.capstan = capstan
 
     async def send(
-        self, thread: str, text: str, spec: RunSpec | None = None, message_id: str | None = None
+        self,
+        thread: str,
+        text: str,
+        spec: RunSpec | None = None,
+        message_id: str | None = None,
+        **start: Any,
     ) -> Sent:
         """Deliver `text` to the thread's running run, or start its next run with `text` as
         the task, continuing the previous run's conversation (see `next_spec`). Same
-        `message_id` twice: delivered once to a run."""
+        `message_id` twice: delivered once to a run. `start`: more options of the start
+        (`memo`, `search_attributes`: the API's tenant)."""
         run_id = thread_workflow_id(thread)
         item = await self.capstan.prepared(LiveMessage(text=text, id=message_id or ""))
         delivered = await self._deliver(thread, run_id, item)
@@ -170,6 +179,7 @@ class Threads:
             task_queue=self.capstan.settings.task_queue,
             start_signal=STEER,
             start_signal_args=[item],
+            **start,
         )
         # the server says whether this call started the run or signalled one started meanwhile
         response = getattr(handle, "_start_workflow_response", None)
