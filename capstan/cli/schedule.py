@@ -7,6 +7,7 @@ spec (`--spec`), or a task with flags. The logic is in `capstan.client.schedules
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -54,9 +55,15 @@ def _when(args: argparse.Namespace) -> When:
 async def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
     when = _when(args)
     spec = _spec(args, settings)
-    schedules = Schedules(await _client(settings))
-    await schedules.create(args.name, spec, when)
+    client = await _client(settings)
+    await Schedules(client).create(args.name, spec, when)
     print(f"schedule {args.name} created; its runs are schedule-{args.name}-<time>")
+    if not await client.workers_polling():
+        print(
+            f"capstan: no worker is polling task queue {settings.task_queue!r}; scheduled runs "
+            "are stored and start when one does (`capstan worker`)",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 

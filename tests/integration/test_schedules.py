@@ -52,6 +52,7 @@ async def test_trigger_twice_with_overlap_skip(temporal: Client, settings: Setti
         async with running_worker(temporal, settings, fake):
             made = await _cli(settings, "create", name, "--every", "1h", "--paused", "write it")
             assert made.returncode == 0, made.stderr
+            assert "no worker" not in made.stderr
             assert (await _cli(settings, "trigger", name)).returncode == 0
             first = await wait_for(
                 lambda: _describe(settings, name), lambda d: len(d["running"]) == 1
@@ -97,6 +98,7 @@ async def test_pause_unpause_delete_and_options(settings: Settings, temporal: Cl
         "--jitter", "5m", "--catchup", "1h", "--overlap", "buffer-one", "summarise the logs",
     )  # fmt: skip
     assert made.returncode == 0, made.stderr
+    assert "no worker is polling task queue" in made.stderr  # created all the same
     described = await schedules.describe(name)
     assert described.time_zone == "Europe/Paris" and described.jitter_seconds == 300
     assert described.catchup_seconds == 3600 and described.overlap == "buffer-one"
