@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from capstan.activities.compaction import CompactionActivities
 from capstan.activities.model import ModelActivities
@@ -152,6 +153,12 @@ def build_worker(
         # a cached run costs ~250 KB; an evicted one is replayed from history when it next
         # moves (~10-20 ms for a short history), so runs parked for a person cost nothing here
         "max_cached_workflows": settings.max_cached_runs,  # CAPSTAN_MAX_CACHED_RUNS
+        # Capstan's workflow modules are deterministic and hold no state: shared by every run
+        # instead of re-imported into each run's sandbox (a cached run cost ~75 KB more; the
+        # sandbox's runtime restrictions still apply, and ruff bans clock, random and IO there)
+        "workflow_runner": SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules("capstan.workflows")
+        ),
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
         # workflow spans even when the client that started the run does not trace
