@@ -7,7 +7,6 @@ this response's nonce, so text a model wrote can never act on the page.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,6 +16,7 @@ from capstan.api.auth import Principal
 from capstan.api.page_assets import SCRIPT, STYLE
 from capstan.api.preview import WritePreview
 from capstan.audit.display import clip, duration, parse_arguments, pretty_json, utc
+from capstan.core.notify import request_anchor
 from capstan.core.spec import RunStatus
 from capstan.core.steering import ApprovalRequest, Question
 
@@ -68,10 +68,6 @@ def _run_link(run_id: str) -> str:
     return f'run <a href="/runs/{_e(run_id)}">{_e(run_id)}</a>'
 
 
-def _dom_id(key: str) -> str:
-    return "q" + hashlib.sha256(key.encode()).hexdigest()[:12]
-
-
 def _expiry(at: datetime, now: datetime) -> str:
     at = at if at.tzinfo else at.replace(tzinfo=UTC)
     left = (at - now).total_seconds()
@@ -115,7 +111,7 @@ def _write_preview(p: WritePreview, dom: str) -> str:
 def _approval(item: ApprovalItem, now: datetime) -> str:
     r = item.request
     key = f"{item.run_id} {r.request_id}"
-    dom = _dom_id(key)
+    dom = request_anchor(item.run_id, r.request_id)
     pretty = pretty_json(parse_arguments(item.arguments))
     title = f"{r.tool} in {item.run_id}, step {r.step}"
     preview = _write_preview(item.preview, dom) if item.preview else ""
@@ -147,7 +143,7 @@ def _approval(item: ApprovalItem, now: datetime) -> str:
 def _question(item: QuestionItem, now: datetime) -> str:
     q = item.question
     key = f"{item.run_id} {q.request_id}"
-    dom = _dom_id(key)
+    dom = request_anchor(item.run_id, q.request_id)
     title = f"Question in {item.run_id}, step {q.step}"
     options = "".join(f'<option value="{_e(o)}"></option>' for o in q.options or [])
     hint = f" (suggested: {_e(', '.join(q.options))})" if q.options else ""

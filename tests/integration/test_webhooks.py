@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from capstan.api.inbox import _dom_id
+from capstan.core.notify import request_anchor
 from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.runtime.webhooks import (
     DELIVERY_HEADER,
@@ -165,7 +165,7 @@ async def test_signed_json_and_slack_bodies_link_to_the_inbox(
     assert body["delivery"] == first.headers[DELIVERY_HEADER] == approval.request_id
     assert body["request"]["tool"] == "write_file"
     assert json.loads(body["request"]["arguments"]) == {"path": "a.txt", "content": "x"}
-    anchor = _dom_id(f"{run_id} {approval.request_id}")  # the card's id on the run page
+    anchor = request_anchor(run_id, approval.request_id)  # the card's id on the run page
     assert body["inbox_url"] == f"{INBOX}/runs/{run_id}#{anchor}"
     asked = second.json()
     assert asked["event"] == "question.opened"

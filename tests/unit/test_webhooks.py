@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from capstan.activities.webhook_bodies import inbox_link, json_body, slack_body
-from capstan.api.inbox import _dom_id
-from capstan.core.notify import inbox_path, newly_opened
+from capstan.core.notify import inbox_path, newly_opened, request_anchor
 from capstan.core.steering import ApprovalRequest, Question
 from capstan.runtime.config import ConfigError
 from capstan.runtime.embedded import EmbeddedServer
@@ -114,10 +113,10 @@ def test_only_requests_not_announced_before_are_notified() -> None:
 
 def test_the_inbox_path_points_at_the_requests_card() -> None:
     path = inbox_path("run-1", "run-1/2/c1")
-    assert path == f"/runs/run-1#{_dom_id('run-1 run-1/2/c1')}"
+    assert path == f"/runs/run-1#{request_anchor('run-1', 'run-1/2/c1')}"
     # a delegated child's request is a card on its root run's page (under the root's pending)
     child = inbox_path("run-1/writer-1.0", "run-1/writer-1.0/2/c1")
-    assert child == f"/runs/run-1#{_dom_id('run-1 run-1/writer-1.0/2/c1')}"
+    assert child == f"/runs/run-1#{request_anchor('run-1', 'run-1/writer-1.0/2/c1')}"
 
 
 def test_bodies_carry_the_request_and_the_link() -> None:
