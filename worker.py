@@ -28,8 +28,8 @@ from opentelemetry.trace import TracerProvider
 from pydantic import ValidationError
 from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from capstan.activities.compaction import CompactionActivities
 from capstan.activities.model import ModelActivities
@@ -49,6 +49,7 @@ from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
 from capstan.runtime.environment import validation_summary
 from capstan.runtime.health import Health, blob_check, serve_health, temporal_check
 from capstan.runtime.local_model import local_model_env
+from capstan.runtime.memory import tune_malloc
 from capstan.runtime.telemetry import Instruments, configure_from_env
 from capstan.runtime.temporal_connection import TemporalConnectError
 from capstan.runtime.webhooks import load_webhooks
@@ -64,6 +65,7 @@ __all__ = [
     "run_worker",
     "sandbox_jail",
     "temporal_for",
+    "workflow_runner",
 ]
 
 log = logging.getLogger("capstan.worker")
@@ -150,15 +152,10 @@ def build_worker(
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
         # given, not computed: the SDK's default hashes every loaded module (~0.6 s at start)
         "build_id": _build_id(),
-        # a cached run costs ~250 KB; an evicted one is replayed from history when it next
-        # moves (~10-20 ms for a short history), so runs parked for a person cost nothing here
+        # a cached run costs ~150 KB; an evicted one is replayed from history when it next
+        # moves (~10 ms for a short history), so a run parked for a person costs ~6 KB here
         "max_cached_workflows": settings.max_cached_runs,  # CAPSTAN_MAX_CACHED_RUNS
-        # Capstan's workflow modules are deterministic and hold no state: shared by every run
-        # instead of re-imported into each run's sandbox (a cached run cost ~75 KB more; the
-        # sandbox's runtime restrictions still apply, and ruff bans clock, random and IO there)
-        "workflow_runner": SandboxedWorkflowRunner(
-            restrictions=SandboxRestrictions.default.with_passthrough_modules("capstan.workflows")
-        ),
+        "workflow_runner": workflow_runner(settings),
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
         # workflow spans even when the client that started the run does not trace
@@ -183,6 +180,25 @@ def build_worker(
         ],
         **options,  # type: ignore[arg-type]
     )
+
+
+def workflow_runner(settings: Settings) -> WorkflowRunner:
+    """How the workflow code runs (`CAPSTAN_WORKFLOW_SANDBOX`).
+
+    The only workflow code a Capstan worker runs is Capstan's own, and its determinism is
+    checked where it is written: ruff bans clocks, randomness, uuid, environment reads and IO
+    libraries in `capstan/core` and `workflows/`, import-linter keeps IO layers out of them, the
+    stored histories replay under Temporal's strict sandbox, and the test suite runs every
+    in-process run under it (`strict`: modules re-imported per run, restricted calls refused).
+    A worker then runs it `off` the sandbox (the default): the sandbox's protection is the same
+    as the suite's, its cost is per run and per activation (a module import per run, code
+    strings `exec`ed for every payload; replaying a stored 81-event history took 56 ms strict
+    and 25 ms off). Sharing the modules into the sandbox (`with_passthrough_modules`, 35 ms)
+    turns the restrictions off for exactly this code, so it is not offered.
+    """
+    if settings.workflow_sandbox == "strict":
+        return SandboxedWorkflowRunner()
+    return UnsandboxedWorkflowRunner()
 
 
 def _build_id() -> str:
@@ -270,6 +286,7 @@ async def temporal_for(settings: Settings) -> AsyncIterator[Client]:
 async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> None:
     """Run a worker until `stop` is set (or forever)."""
     stop = stop or asyncio.Event()
+    tune_malloc(os.environ)  # before the Temporal runtime starts its threads
     # every setting that can be wrong is checked before a server is started or dialled
     ModelSettings.from_env()
     load_policy(settings.policy_file)

@@ -79,15 +79,29 @@ async def _capstan(client: CapstanClient, base: Settings, runs: int, sample: int
             await until(lambda: len(fake.requests) >= runs + 10, 600)
             requests = await _gather_limited([_parked(own, r) for r in ids])
             full = await _settled(worker.pid)
-            latencies = [
-                await _approve(
-                    own, request, settings.workspace_dir / f"{settings.task_queue}-{i}.txt"
-                )
-                for i, request in enumerate(requests[:sample])
-            ]
+            # the oldest runs (evicted when the cache holds fewer than `runs`), then the newest
+            # (the cache is least-recently-used: these are the ones it holds)
+            latencies = await _approve_each(own, settings, requests, range(sample))
+            newest = range(runs - sample, runs) if runs >= 2 * sample else range(0)
+            cached = await _approve_each(own, settings, requests, newest)
         finally:
             stop(worker)
-    return {"idle_rss": idle, "parked_rss": full, "latencies": latencies}
+    return {"idle_rss": idle, "parked_rss": full, "latencies": latencies, "cached": cached}
+
+
+async def _approve_each(
+    client: CapstanClient, settings: Settings, requests: list[Any], which: range
+) -> list[float]:
+    """Approve `requests[i]` for each i in `which`, one at a time (run i writes `<queue>-i`)."""
+    latencies = []
+    for i in which:
+        request = requests[i]
+        effect = settings.workspace_dir / f"{settings.task_queue}-{i}.txt"
+        latencies.append(await _approve(client, request, effect))
+        # the run goes on (a model call, the finish): let it end before the next sample, so
+        # each decision meets an idle worker, as the floor's do (their runs end at once)
+        await client.result(request[0])
+    return latencies
 
 
 async def _start(client: CapstanClient, queue: str, label: str, count: int) -> list[str]:
@@ -148,18 +162,23 @@ async def _floor(client: CapstanClient, base: Settings, runs: int, sample: int) 
             await handle.signal("go")
             await until((marks / f"tick-{name}").exists, 60, every=0.002)
             latencies.append(time.monotonic() - started)
+            await handle.result()
     finally:
         stop(worker)
     return {"idle_rss": idle, "parked_rss": full, "latencies": latencies}
 
 
 def _report(found: dict[str, Any], runs: int) -> dict[str, Any]:
-    return {
+    report = {
         "idle_rss_mb": round(found["idle_rss"] / MB, 1),
         "parked_rss_mb": round(found["parked_rss"] / MB, 1),
         "kb_per_parked_run": round((found["parked_rss"] - found["idle_rss"]) / runs / 1024, 1),
         "decision_to_activity_ms_p50": round(statistics.median(found["latencies"]) * 1000, 1),
     }
+    if found.get("cached"):
+        p50 = statistics.median(found["cached"]) * 1000
+        report["decision_to_activity_ms_p50_newest"] = round(p50, 1)
+    return report
 
 
 async def parked(
@@ -176,6 +195,12 @@ async def parked(
         ),
         "approve_to_activity_ratio": round(
             capstan["decision_to_activity_ms_p50"] / floor["decision_to_activity_ms_p50"], 3
+        ),
+        # the newest parked runs, which the worker's cache holds
+        "approve_newest_to_activity_ratio": round(
+            capstan.get("decision_to_activity_ms_p50_newest", 0.0)
+            / floor["decision_to_activity_ms_p50"],
+            3,
         ),
         "targets": "1,000 parked runs <= 150 MB worker RSS; approve ratio <= 1.5",
     }

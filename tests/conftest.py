@@ -56,6 +56,9 @@ def settings(dev_server: EmbeddedServer, tmp_path: Path) -> Settings:
         temporal_address=dev_server.address,
         task_queue=f"tq-{uuid.uuid4().hex[:10]}",
         identity="tester@ci",
+        # every in-process run of the suite under Temporal's strict sandbox: the runtime check
+        # of the workflow code's determinism (workers run it unsandboxed; capstan.worker)
+        workflow_sandbox="strict",
     )
 
 

@@ -27,10 +27,8 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
@@ -45,6 +43,10 @@ from temporalio.converter import (
 )
 
 from capstan.runtime.environment import ConfigError
+from capstan.runtime.payloads import SharedAdaptersPayloadConverter
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 __all__ = [
     "ENCODING",
@@ -81,6 +83,9 @@ class Keyring:
     def __init__(self, keys: Sequence[tuple[str, bytes]], origin: str = "CAPSTAN_CODEC_KEYS"):
         if not keys:
             raise ConfigError(f"{origin}: no keys given")
+        # imported here: a process without keys (most workers) never loads the library (~7 MB)
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         self.origin = origin
         self._keys: dict[str, AESGCM] = {}
         for key_id, key in keys:
@@ -106,6 +111,8 @@ class Keyring:
                 f"{what} is encrypted with key id {key_id!r}, which {self.origin} does not "
                 f"list (it has: {', '.join(self.ids)})"
             )
+        from cryptography.exceptions import InvalidTag
+
         try:
             return aead.decrypt(sealed[:_NONCE], sealed[_NONCE:], aad)
         except InvalidTag:
@@ -234,9 +241,10 @@ class PayloadCipher(PayloadCodec):
 
 
 def data_converter(keyring: Keyring | None) -> DataConverter:
-    """Capstan's converter: pydantic v2 payloads through `PayloadCipher`. With keys, failure
-    messages and stack traces are moved into an encrypted payload too (they can quote tool
-    output); Temporal decodes them back for every holder of the key."""
+    """Capstan's converter: pydantic v2 payloads (type adapters shared by the process, see
+    `capstan.runtime.payloads`) through `PayloadCipher`. With keys, failure messages and stack
+    traces are moved into an encrypted payload too (they can quote tool output); Temporal
+    decodes them back for every holder of the key."""
     failures = (
         DefaultFailureConverterWithEncodedAttributes
         if keyring is not None
@@ -244,6 +252,7 @@ def data_converter(keyring: Keyring | None) -> DataConverter:
     )
     return dataclasses.replace(
         pydantic_data_converter,
+        payload_converter_class=SharedAdaptersPayloadConverter,
         payload_codec=PayloadCipher(keyring),
         failure_converter_class=failures,
     )

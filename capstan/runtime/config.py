@@ -91,9 +91,15 @@ class Settings(EnvSettings):
     temporal_address: str | None = None
     namespace: str = "default"
     temporal: TemporalAccess = TemporalAccess()
-    # Runs a worker keeps in memory (Temporal's workflow cache). A cached run costs ~250 KB,
-    # an evicted one is replayed from its history when it next moves (~10-20 ms when short).
+    # Runs a worker keeps in memory (Temporal's workflow cache). A cached run costs ~150 KB,
+    # an evicted one ~6 KB and is replayed from its history when it next moves (~10 ms short).
     max_cached_runs: int = Field(128, validation_alias="CAPSTAN_MAX_CACHED_RUNS", ge=0)
+    # How the workflow code runs (worker.workflow_runner): `off` in the worker's own process,
+    # checked by the linters and by the test suite, which runs it `strict`ly (Temporal's
+    # sandbox: workflow modules re-imported per run, clocks, randomness and IO refused).
+    workflow_sandbox: Literal["off", "strict"] = Field(
+        "off", validation_alias="CAPSTAN_WORKFLOW_SANDBOX"
+    )
     # The worker's webhooks for opened requests (capstan.runtime.webhooks), and the base URL of
     # `capstan serve` their messages link to (`<inbox_url>/runs/<run>#<request>`).
     webhooks_file: Path | None = Field(None, validation_alias="CAPSTAN_WEBHOOKS")

@@ -18,18 +18,18 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
-import uvicorn
 from pydantic import BaseModel
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse
-from starlette.routing import Route
 from temporalio.client import Client
 
 from capstan.runtime.blobstore import BlobStore
 from capstan.runtime.environment import ConfigError
 from capstan.runtime.probe import LIVE_PATH, READY_PATH
+
+if TYPE_CHECKING:  # the web stack is imported only by a worker that serves the probes
+    import uvicorn
+    from starlette.applications import Starlette
 
 __all__ = [
     "LIVE_PATH",
@@ -108,6 +108,11 @@ def blob_check(store: BlobStore) -> Check:
 
 
 def health_app(health: Health) -> Starlette:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
     async def live(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
 
@@ -118,12 +123,16 @@ def health_app(health: Health) -> Starlette:
     return Starlette(routes=[Route(LIVE_PATH, live), Route(READY_PATH, ready)])
 
 
-class _QuietServer(uvicorn.Server):
+def _quiet_server(config: uvicorn.Config) -> uvicorn.Server:
     """uvicorn without its signal handlers: the worker owns SIGTERM and drains on it."""
+    import uvicorn
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+    class QuietServer(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return QuietServer(config)
 
 
 @contextlib.asynccontextmanager
@@ -133,11 +142,13 @@ async def serve_health(health: Health, host: str, port: int | None) -> AsyncIter
     if port is None:
         yield
         return
+    import uvicorn
+
     sock = _listen(host, port)
     config = uvicorn.Config(
         health_app(health), lifespan="off", log_level="warning", access_log=False
     )
-    server = _QuietServer(config)
+    server = _quiet_server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         yield

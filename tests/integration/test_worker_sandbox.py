@@ -1,34 +1,44 @@
-"""The worker shares Capstan's workflow modules across runs instead of re-importing them into
-every run's sandbox (the largest per-run cost of parked runs), and runs still behave."""
+"""How the workflow code runs: unsandboxed in a worker, under Temporal's strict sandbox in the
+test suite (the runtime half of the determinism check), and runs behave the same on both."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 from temporalio.client import Client
+from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from capstan.core.spec import TerminalReason
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import call, say
-from capstan.worker import build_worker
+from capstan.worker import build_worker, workflow_runner
 from tests.integration.scripted_agent import Agent
 
 pytestmark = pytest.mark.server
 
 
-async def test_workflow_modules_are_passed_through_the_sandbox(
+def test_a_worker_runs_workflows_unsandboxed_unless_told() -> None:
+    assert Settings.from_env({}).workflow_sandbox == "off"
+    assert isinstance(workflow_runner(Settings(workflow_sandbox="off")), UnsandboxedWorkflowRunner)
+    strict = workflow_runner(Settings.from_env({"CAPSTAN_WORKFLOW_SANDBOX": "strict"}))
+    assert isinstance(strict, SandboxedWorkflowRunner)
+    # strict means no module of Capstan's is shared into the sandbox: restrictions apply to it
+    assert not any(m.startswith("capstan") for m in strict.restrictions.passthrough_modules)
+
+
+async def test_the_suite_runs_workflows_in_the_strict_sandbox(
     temporal: Client, settings: Settings
 ) -> None:
     async with httpx.AsyncClient() as http:
         worker = build_worker(temporal, settings, http)
-    runner = worker._config["workflow_runner"]  # the SDK keeps no public accessor
-    assert isinstance(runner, SandboxedWorkflowRunner)
-    assert "capstan.workflows" in runner.restrictions.passthrough_modules
+    assert isinstance(worker._config["workflow_runner"], SandboxedWorkflowRunner)  # no accessor
 
 
-async def test_runs_on_a_worker_sharing_the_modules_complete(agent: Agent) -> None:
+@pytest.mark.parametrize("sandbox", ["off", "strict"])
+async def test_runs_complete_on_either_runner(agent: Agent, sandbox: str) -> None:
     script = [say(call("list_dir", path=".")), say(call("finish", answer="listed"))]
+    agent.configure(workflow_sandbox=sandbox)
     async with agent.serving(script) as live:
         first = await live.start(agent.spec("one"))
         second = await live.start(agent.spec("two"))

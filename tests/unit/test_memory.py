@@ -1,0 +1,59 @@
+"""The worker's allocator settings (capstan.runtime.memory)."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from capstan.runtime.memory import tune_malloc
+
+GLIBC = platform.libc_ver()[0] == "glibc"
+
+
+def test_an_explicit_malloc_variable_wins() -> None:
+    assert tune_malloc({"MALLOC_ARENA_MAX": "4"}) is False
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_glibc_takes_every_setting() -> None:
+    # in a child process: the settings are process-wide
+    code = "from capstan.runtime.memory import tune_malloc; print(tune_malloc({}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
+def test_freed_large_blocks_go_back_to_the_system() -> None:
+    """With the fixed mmap threshold freed 1 MiB blocks leave the process at once; by default
+    glibc raises the threshold after the first such free, serves the next blocks from the heap
+    and keeps them there when anything still in use lies above them."""
+    code = """
+import sys
+from capstan.runtime.memory import tune_malloc
+if sys.argv[1] == "tuned":
+    tune_malloc({})
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+del bytearray(1024 * 1024)[:]  # one large block freed: glibc's threshold moves up
+before = rss()
+blocks, kept = [], []
+for _ in range(64):
+    blocks.append(bytearray(1024 * 1024))
+    kept.append(bytearray(1024))  # small blocks still in use, above each large one
+del blocks
+print(rss() - before)
+"""
+    grown = {
+        mode: int(
+            subprocess.run(
+                [sys.executable, "-c", code, mode], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for mode in ("default", "tuned")
+    }
+    assert grown["tuned"] < 8 * 1024 < grown["default"], grown  # KiB
