@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from capstan.core.activity_io import RunToolInput
     from capstan.core.activity_table import ACTIVITIES, ActivityName
     from capstan.core.children import ChildEnded, Delegation
+    from capstan.core.decision import model_description
     from capstan.core.effects import (
         ActivityEffect,
         AwaitInput,
@@ -65,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
         COMPACTION_PATCH,
         CONTEXT_PATCH,
         GUARDS_PATCH,
+        PARALLEL_START_PATCH,
         REQUESTS_MEMO,
         TERMINAL_MEMO,
         TERMINAL_MEMO_PATCH,
@@ -107,6 +109,8 @@ class AgentWorkflow:
         self._announced: list[str] = []  # the request ids the memo lists now
         self._bug: _LoopBugError | None = None  # a loop error met inside a signal handler
         self._children = Children()  # the children (`delegate`) running now
+        #: the model description started beside the tool listing (PARALLEL_START_PATCH)
+        self._describing: tuple[DescribeModel, asyncio.Future[Outcome]] | None = None
 
     @workflow.run
     async def run(self, start: AgentInput) -> RunResult:
@@ -352,9 +356,26 @@ class AgentWorkflow:
         match effect:
             case RunTools():
                 return await self._run_tools(effect)
-            case LoadTools() | DescribeModel() | CompactContext() | CheckFinish() | CallModel():
+            case LoadTools():
+                self._describe_early()
+                return await self._perform_activity(effect)
+            case DescribeModel() if self._describing is not None:
+                started, outcome = self._describing
+                self._describing = None
+                if started == effect:
+                    return await outcome
+                return await self._perform_activity(effect)
+            case DescribeModel() | CompactContext() | CheckFinish() | CallModel():
                 return await self._perform_activity(effect)
         raise _LoopBugError(RuntimeError(f"no interpreter for effect {effect.kind!r}"))
+
+    def _describe_early(self) -> None:
+        """Start `describe_model` beside `list_tools`: the loop asks for it right after the
+        listing, with an input that only the spec decides. Its outcome waits here until then (a
+        run that ends first, on a failed listing or a cancel, leaves it unread)."""
+        if self._describing is None and workflow.patched(PARALLEL_START_PATCH):
+            early = model_description(self.state)
+            self._describing = (early, asyncio.ensure_future(self._perform_activity(early)))
 
     async def _perform_activity(self, effect: ActivityEffect) -> Outcome:
         """One activity, as the table in `capstan.core.activity_table` defines it."""

@@ -45,7 +45,7 @@ from capstan.core.limits import HistoryGauge
 from capstan.core.spec import SANDBOX_TOOLS, RunResult, TerminalReason
 from capstan.core.state import Ending, RunState
 
-__all__ = ["decide", "result"]
+__all__ = ["decide", "model_description", "result"]
 
 
 def decide(
@@ -75,7 +75,7 @@ def _decide(
         case "starting":
             if state.catalog is None:
                 return LoadTools(request=_listing(state))
-            return DescribeModel(request=DescribeModelInput(profile=state.spec.model))
+            return model_description(state)
         case "thinking":
             return _thinking(state, continue_suggested, history)
         case "acting":
@@ -84,6 +84,12 @@ def _decide(
             return Finish(result=result(state))
         case _:
             assert_never(state.phase)
+
+
+def model_description(state: RunState) -> DescribeModel:
+    """The model description a run starts with. The spec alone decides it, so the workflow
+    may start it beside the tool listing that the loop asks for first."""
+    return DescribeModel(request=DescribeModelInput(profile=state.spec.model))
 
 
 def _thinking(

@@ -23,6 +23,7 @@ __all__ = [
     "GUARDS_PATCH",
     "INHERITED_MEMO",
     "NOTIFY_PATCH",
+    "PARALLEL_START_PATCH",
     "REQUESTS_MEMO",
     "TERMINAL_MEMO",
     "TERMINAL_MEMO_PATCH",
@@ -77,6 +78,11 @@ INHERITED_MEMO = ("capstan_tenant",)
 #: `workflow.patched` id: each newly opened request starts a `notify_request` activity that
 #: the run never waits for (`capstan.workflows.notify`); runs recorded before it start none.
 NOTIFY_PATCH = "notify-requests-v1"
+
+#: `workflow.patched` id: a new run lists its tools and describes its model at once (one
+#: workflow task instead of two before the first model call); the loop still folds the two
+#: outcomes in its order. Runs recorded before it ran them one after the other.
+PARALLEL_START_PATCH = "parallel-start-v1"
 
 
 class AgentInput(BaseModel):
