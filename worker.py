@@ -186,8 +186,9 @@ def workflow_runner(settings: Settings) -> WorkflowRunner:
     """How the workflow code runs (`CAPSTAN_WORKFLOW_SANDBOX`).
 
     The only workflow code a Capstan worker runs is Capstan's own, and its determinism is
-    checked where it is written: ruff bans clocks, randomness, uuid, environment reads and IO
-    libraries in `capstan/core` and `workflows/`, import-linter keeps IO layers out of them, the
+    checked where it is written: ruff bans clocks, sleeps, randomness, uuid, environment reads,
+    threads, subprocesses, sockets and IO libraries in `capstan/core` and `workflows/`,
+    import-linter keeps IO layers out of them, a test forbids mutable module state there, the
     stored histories replay under Temporal's strict sandbox, and the test suite runs every
     in-process run under it (`strict`: modules re-imported per run, restricted calls refused).
     A worker then runs it `off` the sandbox (the default): the sandbox's protection is the same
