@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,19 +64,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def iteration_script(iterations: int) -> Any:
-    def script(step: int, messages: list[dict[str, Any]]) -> Reply:
-        if step < iterations - 1:
-            return say(
-                call("list_dir", path=f"d{step}/a"),
-                call("list_dir", path=f"d{step}/b"),
-                call("list_dir", path=f"d{step}/c"),
-            )
-        return say(call("finish", answer="done"))
-
-    return script
 
 
 FLOOR_QUEUE = f"bench-floor-{uuid.uuid4().hex[:6]}"
@@ -171,6 +161,31 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+@contextlib.contextmanager
+def provider_process(iterations: int) -> Iterator[str]:
+    """The fake provider in its own process (`bench/fake_server.py`): its base URL."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "bench.fake_server", str(iterations)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            yield process.stdout.readline().strip()
+        finally:
+            process.stdin.close()
+            process.wait(timeout=10)
+
+
+def _floor_worker(client: CapstanClient) -> Worker:
+    return Worker(
+        client.client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
+        activities=FLOOR_ACTIVITIES, build_id="bench-floor",
+    )  # fmt: skip
+
+
 async def in_process(
     args: argparse.Namespace, client: CapstanClient, settings: Settings
 ) -> dict[str, Any]:
@@ -184,20 +199,21 @@ async def in_process(
     def install(script: Any) -> None:
         _SCRIPT["current"] = script
 
+    if "overhead" in args.only:
+        with provider_process(args.iterations) as url:
+            env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": url}
+            async with (
+                httpx.AsyncClient() as http,
+                build_worker(client.client, settings, http, env, extra_workflows=[BareWorkflow]),
+                _floor_worker(client),
+            ):
+                result["overhead"] = await overhead(client, args.iterations, args.repeats)
     with FakeProvider(dispatch) as fake:
         env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": fake.base_url}
-        floor = Worker(
-            client.client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
-            activities=FLOOR_ACTIVITIES, build_id="bench-floor",
-        )  # fmt: skip
         async with (
             httpx.AsyncClient() as http,
             build_worker(client.client, settings, http, env, extra_workflows=[BareWorkflow]),
-            floor,
         ):
-            if "overhead" in args.only:
-                install(iteration_script(args.iterations))
-                result["overhead"] = await overhead(client, args.iterations, args.repeats)
             if "history" in args.only:
                 result["history"] = await history(client)
             if "long_run" in args.only and args.long_steps > 0:
