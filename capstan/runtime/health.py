@@ -38,6 +38,7 @@ __all__ = [
     "Readiness",
     "blob_check",
     "health_app",
+    "quiet_server",
     "serve_health",
     "temporal_check",
 ]
@@ -123,8 +124,9 @@ def health_app(health: Health) -> Starlette:
     return Starlette(routes=[Route(LIVE_PATH, live), Route(READY_PATH, ready)])
 
 
-def _quiet_server(config: uvicorn.Config) -> uvicorn.Server:
-    """uvicorn without its signal handlers: the worker owns SIGTERM and drains on it."""
+def quiet_server(config: uvicorn.Config) -> uvicorn.Server:
+    """uvicorn without its signal handlers, for a server inside a process that owns them (the
+    worker drains on SIGTERM; a test runner keeps its own)."""
     import uvicorn
 
     class QuietServer(uvicorn.Server):
@@ -148,7 +150,7 @@ async def serve_health(health: Health, host: str, port: int | None) -> AsyncIter
     config = uvicorn.Config(
         health_app(health), lifespan="off", log_level="warning", access_log=False
     )
-    server = _quiet_server(config)
+    server = quiet_server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         yield

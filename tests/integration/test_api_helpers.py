@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from capstan.api.app import create_app
 from capstan.api.auth import Principal, Scope, TokenStore, digest
 from capstan.api.settings import ApiSettings
 from capstan.client.runs import CapstanClient
+from capstan.runtime.health import quiet_server
 from tests.conftest import free_port
 
 __all__ = [
@@ -78,20 +79,12 @@ async def api_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-class _QuietServer(uvicorn.Server):
-    """uvicorn inside the test's event loop: the test runner keeps its signal handlers."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 @contextlib.asynccontextmanager
 async def served(app: FastAPI) -> AsyncIterator[str]:
     """The app on a real socket (uvicorn, in this event loop); yields its base URL."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    server = _QuietServer(config)
+    server = quiet_server(config)  # in this event loop: the test runner keeps its signals
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
