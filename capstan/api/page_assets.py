@@ -2,7 +2,10 @@
 
 No build step and nothing fetched: the script posts decisions to the JSON API (with the
 `X-Capstan-Request` header the cookie session needs), follows the SSE streams, and swaps in
-server-rendered cards when requests open or close — leaving a card someone is editing alone.
+server-rendered cards when requests open or close. A card that closes while its reviewer is
+acting on it (a decision in flight, or focus inside it) is kept, marked closed, so the answer to
+that reviewer's own decision still has somewhere to show — the decision's SSE event can arrive
+before the POST's reply on a loaded machine.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ button:focus-visible, a:focus-visible, textarea:focus-visible, input:focus-visib
 .result { min-height: 1.2em; margin: .4rem 0 0; font-size: .9rem; }
 .result.error { color: var(--bad); } .result.ok { color: var(--good); }
 .empty { color: var(--muted); }
+.card.closed { opacity: .75; border-style: dashed; }
 ol.events { list-style: none; padding: 0; margin: 0; font: 13px/1.5 ui-monospace, monospace; }
 ol.events li { padding: .1rem 0; border-bottom: 1px dotted var(--line); }
 ol.events .seq { color: var(--muted); display: inline-block; min-width: 3.2em; }
@@ -121,6 +125,8 @@ SCRIPT = r"""
     if (!button) return;
     const box = button.closest("[data-key], [data-controls]");
     const out = box.querySelector(".result");
+    if (box.classList.contains("closed")) return;
+    box.dataset.acted = "1";
     out.className = "result";
     out.textContent = "Sending…";
     try {
@@ -138,6 +144,17 @@ SCRIPT = r"""
 
   const list = document.getElementById("requests");
 
+  // keep a card its reviewer is busy with, but make plain it can no longer be decided
+  function close(card) {
+    card.classList.add("closed");
+    for (const control of card.querySelectorAll("button, textarea, input")) control.disabled = true;
+    const out = card.querySelector(".result");
+    if (out && !card.dataset.acted) {
+      out.className = "result";
+      out.textContent = "No longer waiting: decided elsewhere, or the run moved on.";
+    }
+  }
+
   async function refreshCards() {
     if (!list) return;
     const response = await fetch(list.dataset.source, { credentials: "same-origin" });
@@ -147,9 +164,13 @@ SCRIPT = r"""
     const incoming = [...holder.querySelectorAll("[data-key]")];
     const fresh = new Map(incoming.map((card) => [card.dataset.key, card]));
     for (const card of [...list.querySelectorAll("[data-key]")]) {
-      if (!fresh.has(card.dataset.key)) {
-        card.remove();
+      if (!fresh.has(card.dataset.key) && !card.classList.contains("closed")) {
         say(`${card.dataset.title} is no longer waiting.`);
+        if (card.dataset.acted || card.contains(document.activeElement)) {
+          close(card);
+        } else {
+          card.remove();
+        }
       }
       fresh.delete(card.dataset.key);
     }
@@ -158,7 +179,7 @@ SCRIPT = r"""
       say(`New: ${card.dataset.title}.`);
     }
     const empty = document.getElementById("empty");
-    if (empty) empty.hidden = list.querySelector("[data-key]") !== null;
+    if (empty) empty.hidden = list.querySelector("[data-key]:not(.closed)") !== null;
   }
 
   if (document.body.dataset.inbox) {

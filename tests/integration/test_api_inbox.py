@@ -5,6 +5,7 @@ live. Set CAPSTAN_WRITE_SCREENSHOT=1 to refresh docs/inbox.png from this run."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -88,14 +89,28 @@ async def test_review_a_write_in_the_browser(agent: Agent, workspace: Path, tmp_
             await card.get_by_role("button", name="Approve with edits").press("Enter")
             await card.get_by_text("not valid JSON").wait_for()
             await edit.fill(json.dumps({"path": "notes.md", "content": EDITED}, indent=2))
+            # hold the API's reply until the decision has reached both inboxes live: the
+            # reviewer's own card must outlive its request to show the reply (on a loaded
+            # machine the SSE event can beat the POST's response)
+            released = asyncio.Event()
+
+            async def hold_reply(route: playwright.Route) -> None:
+                response = await route.fetch()
+                await released.wait()
+                await route.fulfill(response=response)
+
+            await reviewer.route("**/approve", hold_reply)
             await card.get_by_role("button", name="Approve with edits").press("Enter")
-            # applied through the validated update; on a loaded machine the update may outlast
-            # the API's wait and go as a signal instead, which the card says just as plainly
-            await card.get_by_text(DELIVERED).wait_for()
             # the second reviewer's inbox drops the request, live
             await other.locator("article[data-key]").first.wait_for(
                 state="detached", timeout=20_000
             )
+            await reviewer.locator("article.closed[data-key]").wait_for()
+            assert await card.get_by_role("button", name="Approve with edits").is_disabled()
+            released.set()
+            # applied through the validated update; on a loaded machine the update may outlast
+            # the API's wait and go as a signal instead, which the card says just as plainly
+            await card.get_by_text(DELIVERED).wait_for()
             await reviewer.goto(f"{base}/runs/{run_id}")
             ending = reviewer.locator("#ending")
             await ending.get_by_text("The run ended: completed.").wait_for(timeout=30_000)
