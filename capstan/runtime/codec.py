@@ -11,9 +11,11 @@ The first key encrypts; every listed key decrypts. Each ciphertext names its key
 metadata `encryption-key-id`, a blob's envelope header), so keys rotate by putting a new key
 first and keeping the old ones listed until nothing encrypted with them is read any more.
 
-Without keys the codec is still installed: it leaves plaintext alone and turns an encrypted
-payload into one clear line (`CodecError`) instead of an "unknown encoding" deep in Temporal.
-A wrong key is always an error (GCM authenticates), never garbage.
+Without keys no codec is installed — Temporal's SDK then leaves every payload as it is, and a
+codec, even one that changes nothing, costs a pass over every payload of every activation and
+activity — and the payload converter knows the encrypted encoding only to refuse it: an
+encrypted payload is one clear line (`CodecError`), never an "unknown encoding" deep in
+Temporal. A wrong key is always an error (GCM authenticates), never garbage.
 
 Edge module: reads key material only from what it is given; never logs or prints a key.
 """
@@ -37,13 +39,15 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
+    CompositePayloadConverter,
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
+    EncodingPayloadConverter,
     PayloadCodec,
 )
 
 from capstan.runtime.environment import ConfigError
-from capstan.runtime.payloads import SharedAdaptersPayloadConverter
+from capstan.runtime.payloads import SharedAdaptersPayloadConverter, shared_encoding_converters
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -52,6 +56,7 @@ __all__ = [
     "ENCODING",
     "KEY_ID_METADATA",
     "CodecError",
+    "KeylessPayloadConverter",
     "Keyring",
     "PayloadCipher",
     "data_converter",
@@ -228,33 +233,66 @@ class PayloadCipher(PayloadCodec):
     def decrypt(self, payload: Payload) -> Payload:
         if payload.metadata.get("encoding") != ENCODING:
             return payload
-        key_id = payload.metadata.get(KEY_ID_METADATA, b"").decode("ascii", errors="replace")
+        key_id = _key_id_of(payload)
         if self.keyring is None:
-            raise CodecError(
-                f"a payload is encrypted (key id {key_id!r}) and no key is configured: set "
-                "CAPSTAN_CODEC_KEYS or CAPSTAN_CODEC_KEY_FILE"
-            )
+            raise _no_key(key_id)
         plain = self.keyring.decrypt(key_id, payload.data, _PAYLOAD_AAD, "a payload")
         decoded = Payload()
         decoded.ParseFromString(plain)
         return decoded
 
 
+def _key_id_of(payload: Payload) -> str:
+    return payload.metadata.get(KEY_ID_METADATA, b"").decode("ascii", errors="replace")
+
+
+def _no_key(key_id: str) -> CodecError:
+    return CodecError(
+        f"a payload is encrypted (key id {key_id!r}) and no key is configured: set "
+        "CAPSTAN_CODEC_KEYS or CAPSTAN_CODEC_KEY_FILE"
+    )
+
+
+class _RefuseEncrypted(EncodingPayloadConverter):
+    """The encrypted encoding, known to a process without keys only to refuse it clearly."""
+
+    @property
+    def encoding(self) -> str:
+        return ENCODING.decode()
+
+    def to_payload(self, value: Any) -> Payload | None:
+        return None  # never chosen to encode
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        raise _no_key(_key_id_of(payload))
+
+
+_REFUSE_ENCRYPTED = _RefuseEncrypted()  # stateless
+
+
+class KeylessPayloadConverter(CompositePayloadConverter):
+    """Capstan's payload converter for a process without keys: as
+    `SharedAdaptersPayloadConverter`, and an encrypted payload is a `CodecError`."""
+
+    def __init__(self) -> None:
+        super().__init__(*shared_encoding_converters(), _REFUSE_ENCRYPTED)
+
+
 def data_converter(keyring: Keyring | None) -> DataConverter:
     """Capstan's converter: pydantic v2 payloads (type adapters shared by the process, see
-    `capstan.runtime.payloads`) through `PayloadCipher`. With keys, failure messages and stack
-    traces are moved into an encrypted payload too (they can quote tool output); Temporal
-    decodes them back for every holder of the key."""
-    failures = (
-        DefaultFailureConverterWithEncodedAttributes
-        if keyring is not None
-        else pydantic_data_converter.failure_converter_class
-    )
+    `capstan.runtime.payloads`), through `PayloadCipher` when there are keys. With keys, failure
+    messages and stack traces are moved into an encrypted payload too (they can quote tool
+    output); Temporal decodes them back for every holder of the key. Without keys there is no
+    codec at all (see the module's docstring)."""
+    if keyring is None:
+        return dataclasses.replace(
+            pydantic_data_converter, payload_converter_class=KeylessPayloadConverter
+        )
     return dataclasses.replace(
         pydantic_data_converter,
         payload_converter_class=SharedAdaptersPayloadConverter,
         payload_codec=PayloadCipher(keyring),
-        failure_converter_class=failures,
+        failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )
 
 

@@ -21,10 +21,16 @@ from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
 from temporalio.converter import (
     CompositePayloadConverter,
     DefaultPayloadConverter,
+    EncodingPayloadConverter,
     JSONPlainPayloadConverter,
 )
 
-__all__ = ["ADAPTER_CACHE_SIZE", "SharedAdaptersPayloadConverter", "adapter"]
+__all__ = [
+    "ADAPTER_CACHE_SIZE",
+    "SharedAdaptersPayloadConverter",
+    "adapter",
+    "shared_encoding_converters",
+]
 
 #: distinct type hints whose adapters are kept (Capstan's workflow uses a few dozen)
 ADAPTER_CACHE_SIZE = 512
@@ -60,14 +66,17 @@ class _SharedAdaptersJSON(PydanticJSONPlainPayloadConverter):
 _JSON = _SharedAdaptersJSON()  # stateless apart from the shared cache: one for every converter
 
 
+def shared_encoding_converters() -> tuple[EncodingPayloadConverter, ...]:
+    """The SDK's default encodings, JSON read through the shared adapters."""
+    return tuple(
+        _JSON if isinstance(c, JSONPlainPayloadConverter) else c
+        for c in DefaultPayloadConverter.default_encoding_payload_converters
+    )
+
+
 class SharedAdaptersPayloadConverter(CompositePayloadConverter):
     """`PydanticPayloadConverter` with shared adapters; nullary, as the SDK requires of a
     `payload_converter_class`, and cheap to build (the SDK builds one per payload it visits)."""
 
     def __init__(self) -> None:
-        super().__init__(
-            *(
-                _JSON if isinstance(c, JSONPlainPayloadConverter) else c
-                for c in DefaultPayloadConverter.default_encoding_payload_converters
-            )
-        )
+        super().__init__(*shared_encoding_converters())

@@ -142,3 +142,20 @@ async def test_a_history_is_decrypted_in_place_failures_included() -> None:
     restored = history.events[1].activity_task_failed_event_attributes.failure
     assert restored.message == "tool said: secret"
     assert not restored.HasField("encoded_attributes")
+
+
+async def test_without_keys_there_is_no_codec_and_an_encrypted_payload_is_refused() -> None:
+    """No codec without keys (a codec that changes nothing still costs the SDK a pass over every
+    payload); the payload converter refuses the encrypted encoding in the codec's own words."""
+    keyless = data_converter(None)
+    assert keyless.payload_codec is None
+    (sealed,) = await PayloadCipher(ring(f"k1:{K1}")).encode([plain("secret")])
+    with pytest.raises(CodecError) as refused:
+        keyless.payload_converter.from_payloads([sealed], [str])
+    assert str(refused.value) == (
+        "a payload is encrypted (key id 'k1') and no key is configured: set "
+        "CAPSTAN_CODEC_KEYS or CAPSTAN_CODEC_KEY_FILE"
+    )
+    (plain_payload,) = await keyless.encode(["still JSON"])
+    assert plain_payload.metadata["encoding"] == b"json/plain"
+    assert await keyless.decode([plain_payload], [str]) == ["still JSON"]

@@ -4,12 +4,13 @@ adapter for every run and every replay."""
 
 from __future__ import annotations
 
+import base64
 from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel
 
-from capstan.runtime.codec import data_converter
+from capstan.runtime.codec import data_converter, load_keyring
 from capstan.runtime.payloads import SharedAdaptersPayloadConverter, adapter
 
 
@@ -45,5 +46,11 @@ def test_a_bad_payload_is_still_a_validation_error() -> None:
         converter.from_payloads([payload], [Point])
 
 
-def test_capstan_converters_use_it() -> None:
-    assert data_converter(None).payload_converter_class is SharedAdaptersPayloadConverter
+@pytest.mark.parametrize("keys", [None, f"k1:{base64.b64encode(bytes(32)).decode()}"])
+def test_capstan_converters_use_it(keys: str | None) -> None:
+    converter = data_converter(load_keyring(keys, None)).payload_converter
+    payload = converter.to_payloads([Point(x=3, y=4)])[0]
+    adapter.cache_clear()
+    assert converter.from_payloads([payload], [Point]) == [Point(x=3, y=4)]
+    assert converter.from_payloads([payload], [Point]) == [Point(x=3, y=4)]
+    assert adapter.cache_info().misses == 1  # the shared cache, with or without keys
