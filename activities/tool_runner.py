@@ -187,5 +187,7 @@ class ToolActivities:
                 call_id=call_id, failure="error", error=f"{type(exc).__name__}: {exc}"
             )
         text = result if isinstance(result, str) else json.dumps(result, default=str)
+        if self.content.fits_inline(text):
+            return ToolSucceeded(call_id=call_id, output=text)
         stored = await asyncio.to_thread(self.content.store_text, text)
         return ToolSucceeded(call_id=call_id, output=stored)

@@ -226,6 +226,11 @@ class ContentStore:
             return text
         return self.store_bytes(data, text)
 
+    def fits_inline(self, text: str) -> bool:
+        """Whether `store_text(text)` is `text` itself, with no IO: async callers skip the
+        thread hop a store needs (the test is exact: UTF-8 takes at most 4 bytes a character)."""
+        return len(text) * 4 <= self.inline_limit or len(text.encode("utf-8")) <= self.inline_limit
+
     def store_bytes(self, data: bytes, text: str | None = None) -> BlobRef:
         """Always store; used for structured blobs (conversation segments, tool schemas)."""
         digest = self.blobs.put(data)

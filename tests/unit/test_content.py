@@ -32,6 +32,17 @@ def test_small_text_inline_large_text_ref(store: ContentStore) -> None:
     assert store.store_text("é" * 5000) == ref  # content-addressed: idempotent
 
 
+@pytest.mark.parametrize("char", ["x", "é", "€", "😀"])
+def test_fits_inline_is_exactly_what_store_text_keeps_inline(
+    store: ContentStore, char: str
+) -> None:
+    width = len(char.encode("utf-8"))
+    edge = store.inline_limit // width
+    for count in (0, edge - 1, edge, edge + 1, 4 * edge):
+        text = char * count
+        assert store.fits_inline(text) == (store.store_text(text) == text), (char, count)
+
+
 def test_altered_and_missing_blobs_are_errors(store: ContentStore, tmp_path: Path) -> None:
     ref = store.store_text("x" * 4000)
     assert isinstance(ref, BlobRef)

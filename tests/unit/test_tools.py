@@ -40,6 +40,11 @@ def test_schema_comes_from_signature_and_docstring() -> None:
     assert spec.read_only and spec.timeout_seconds == 5
 
 
+def test_a_tool_builds_its_spec_once() -> None:
+    found = ToolRegistry([search]).get("search")
+    assert found is not None and found.spec() is found.spec()  # every run lists its tools
+
+
 def test_registry_rejects_duplicates_and_sync_functions() -> None:
     with pytest.raises(ValueError, match="twice"):
         ToolRegistry([search, search])
