@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,6 +109,7 @@ class FakeProvider:
         self._lock = threading.Lock()
         self.arrived = threading.Event()
         self._seen = threading.Condition()
+        self._connections: set[socket.socket] = set()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -124,6 +126,11 @@ class FakeProvider:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+        with self._lock:  # kept-alive connections would go on answering: a stopped fake is dead
+            for connection in self._connections:
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
+            self._connections.clear()
 
     def steps_seen(self) -> list[int]:
         return [_step_of(r["messages"]) for r in self.requests]
@@ -168,7 +175,13 @@ class FakeProvider:
                 else [(e, d) for e, d in anthropic_events(turn)]
             )
             return _Answer(
-                200, {}, b"", hold, events[: len(events) // 2] if cut else events, reply.chunk_delay
+                200,
+                {},
+                b"",
+                hold,
+                events[: len(events) // 2] if cut else events,
+                reply.chunk_delay,
+                cut=cut,
             )
         payload = openai_completion(turn) if api == "openai" else anthropic_message(turn)
         return _Answer(200, {}, json.dumps(payload).encode(), hold)
@@ -187,54 +200,88 @@ class FakeProvider:
         return self.script[step]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+        return type("Handler", (_Handler,), {"fake": self})
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                length = int(self.headers.get("content-length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if self.path.endswith("/chat/completions"):
-                    api = "openai"
-                elif self.path.endswith("/v1/messages"):
-                    api = "anthropic"
-                else:
-                    self.send_error(404)
-                    return
-                answer = fake.reply_for(body, api)
-                if answer.hold:
-                    threading.Event().wait(answer.hold)
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    if answer.events is not None:
-                        self._stream(answer)
-                    else:
-                        self._send(answer)
 
-            def _send(self, answer: _Answer) -> None:
-                self.send_response(answer.status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(answer.data)))
-                for key, value in answer.headers.items():
-                    self.send_header(key, value)
-                self.end_headers()
-                self.wfile.write(answer.data)
+class _Handler(BaseHTTPRequestHandler):
+    """One connection to a `FakeProvider` (bound to it as the class attribute `fake`)."""
 
-            def _stream(self, answer: _Answer) -> None:
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.send_header("connection", "close")
-                self.end_headers()
-                for event, data in answer.events or []:
-                    prefix = f"event: {event}\n" if event else ""
-                    self.wfile.write(f"{prefix}data: {data}\n\n".encode())
-                    self.wfile.flush()
-                    if answer.chunk_delay:
-                        threading.Event().wait(answer.chunk_delay)
-                self.close_connection = True
+    fake: FakeProvider
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return
+    # keep-alive, as real providers do (a new connection per call is a cost of the
+    # fake, not of its client); SSE replies are chunked, one chunk unless paced
+    protocol_version = "HTTP/1.1"
 
-        return Handler
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.fake._lock:
+            self.fake._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.fake._lock:
+            self.fake._connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def handle(self) -> None:
+        # a client that drops a kept-alive connection is no error of the fake's
+        with contextlib.suppress(ConnectionError):
+            super().handle()
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if self.path.endswith("/chat/completions"):
+            api = "openai"
+        elif self.path.endswith("/v1/messages"):
+            api = "anthropic"
+        else:
+            self.send_error(404)
+            return
+        answer = self.fake.reply_for(body, api)
+        if answer.hold:
+            threading.Event().wait(answer.hold)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if answer.events is not None:
+                self._stream(answer)
+            else:
+                self._send(answer)
+
+    def _send(self, answer: _Answer) -> None:
+        self.send_response(answer.status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer.data)))
+        for key, value in answer.headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(answer.data)
+
+    def _stream(self, answer: _Answer) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        events = [
+            (f"event: {event}\n" if event else "") + f"data: {data}\n\n"
+            for event, data in answer.events or []
+        ]
+        if answer.cut:  # the body ends early but cleanly: the stream just stops
+            self.send_header("connection", "close")
+            self.end_headers()
+            self.wfile.write("".join(events).encode())
+            self.close_connection = True
+            return
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for chunk in events if answer.chunk_delay else ["".join(events)]:
+            data = chunk.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+            if answer.chunk_delay:
+                threading.Event().wait(answer.chunk_delay)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
 
 
 def _step_of(messages: list[dict[str, Any]]) -> int:
@@ -249,3 +296,4 @@ class _Answer:
     hold: float = 0.0
     events: list[tuple[str | None, str]] | None = None
     chunk_delay: float = 0.0
+    cut: bool = False
