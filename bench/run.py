@@ -1,6 +1,6 @@
 """Capstan's benchmarks, as ratios against a baseline measured in the same run.
 
-    python bench/run.py [--iterations 20] [--repeats 5] [--long-steps 5000]
+    python bench/run.py [--iterations 20] [--repeats 15] [--long-steps 5000]
                         [--recovery-trials 10] [--parked-runs 1000] [--only overhead,history,...]
                         [--out bench/results/latest.json]
 
@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from temporalio.worker import Worker  # noqa: E402
 
 from bench.bare_workflow import BareWorkflow  # noqa: E402
+from bench.breakdown import Breakdown  # noqa: E402
 from bench.call_model_cost import measure as call_model_cost  # noqa: E402
 from bench.floor_workflow import FLOOR_ACTIVITIES, FloorWorkflow  # noqa: E402
 from bench.long_run import long_run  # noqa: E402
@@ -69,17 +70,20 @@ def _free_port() -> int:
 FLOOR_QUEUE = f"bench-floor-{uuid.uuid4().hex[:6]}"
 
 
+async def _events(client: CapstanClient, workflow_id: str) -> list[Any]:
+    return list((await client.client.get_workflow_handle(workflow_id).fetch_history()).events)
+
+
 async def overhead(client: CapstanClient, iterations: int, repeats: int) -> dict[str, Any]:
     capstan_times: list[float] = []
     bare_times: list[float] = []
     floor_times: list[float] = []
+    capstan_parts, floor_parts = Breakdown(), Breakdown()
     for i in range(repeats + 1):
         started = time.perf_counter()
+        floor_id = f"floor-{uuid.uuid4().hex[:8]}"
         await client.client.execute_workflow(
-            FloorWorkflow.run,
-            iterations,
-            id=f"floor-{uuid.uuid4().hex[:8]}",
-            task_queue=FLOOR_QUEUE,
+            FloorWorkflow.run, iterations, id=floor_id, task_queue=FLOOR_QUEUE
         )
         floor = time.perf_counter() - started
         started = time.perf_counter()
@@ -99,13 +103,16 @@ async def overhead(client: CapstanClient, iterations: int, repeats: int) -> dict
             similar_abort=10_000,
         )
         spec = RunSpec(task="bench", max_steps=iterations + 1, guards=quiet)
-        result = await client.result(await client.start_run(spec))
+        run_id = await client.start_run(spec)
+        result = await client.result(run_id)
         agent = time.perf_counter() - started
         assert result.terminal_reason is TerminalReason.COMPLETED, result
         if i > 0:  # the first round warms caches up
             floor_times.append(floor / iterations)
             bare_times.append(bare / iterations)
             capstan_times.append(agent / iterations)
+            capstan_parts.add(await _events(client, run_id))
+            floor_parts.add(await _events(client, floor_id))
     capstan, bare = statistics.median(capstan_times), statistics.median(bare_times)
     floor = statistics.median(floor_times)
     return {
@@ -118,6 +125,11 @@ async def overhead(client: CapstanClient, iterations: int, repeats: int) -> dict
         "target_ratio": 1.10,
         "floor_ratio": round(capstan / floor, 3),
         "floor_target_ratio": 1.25,
+        "floor_ratio_spread": [
+            round(min(c / f for c, f in zip(capstan_times, floor_times, strict=True)), 3),
+            round(max(c / f for c, f in zip(capstan_times, floor_times, strict=True)), 3),
+        ],
+        "breakdown": {"capstan": capstan_parts.summary(), "floor": floor_parts.summary()},
     }
 
 
@@ -256,7 +268,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--long-steps", type=int, default=5000)
     parser.add_argument("--recovery-trials", type=int, default=10)
     parser.add_argument("--parked-runs", type=int, default=1000)
