@@ -27,8 +27,7 @@ import httpx
 from opentelemetry.trace import TracerProvider
 from pydantic import ValidationError
 from temporalio.client import Client
-from temporalio.contrib.opentelemetry import TracingInterceptor
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import Interceptor, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from capstan.activities.compaction import CompactionActivities
@@ -50,7 +49,7 @@ from capstan.runtime.environment import validation_summary
 from capstan.runtime.health import Health, blob_check, serve_health, temporal_check
 from capstan.runtime.local_model import local_model_env
 from capstan.runtime.memory import tune_malloc
-from capstan.runtime.telemetry import Instruments, configure_from_env
+from capstan.runtime.telemetry import Instruments, configure_from_env, tracing_configured
 from capstan.runtime.temporal_connection import TemporalConnectError
 from capstan.runtime.webhooks import load_webhooks
 from capstan.workflows.agent import AgentWorkflow
@@ -158,8 +157,7 @@ def build_worker(
         "workflow_runner": workflow_runner(settings),
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
-        # workflow spans even when the client that started the run does not trace
-        "interceptors": [TracingInterceptor(telemetry.tracer, always_create_workflow_spans=True)],
+        "interceptors": tracing_interceptors(telemetry, tracer_provider),
         "activity_executor": ThreadPoolExecutor(4),
         # MCP sessions (stdio server processes) live as long as the worker
         "plugins": [mcp.plugin()] if mcp is not None else [],
@@ -180,6 +178,25 @@ def build_worker(
         ],
         **options,  # type: ignore[arg-type]
     )
+
+
+def tracing_interceptors(
+    telemetry: Instruments, tracer_provider: TracerProvider | None
+) -> list[Interceptor]:
+    """Temporal's replay-safe tracing interceptor, when spans can go anywhere.
+
+    With no tracer provider configured every span is dropped, yet the interceptor still
+    propagates a context header through every activity and wraps every activation: measured
+    at 10-18% of a worker's CPU per iteration of the overhead bench (20.3 -> 16.7-18.5 ms). So
+    it is installed only with a provider (`OTEL_EXPORTER_OTLP_ENDPOINT`, or one given or set
+    globally before the worker is built). Workflow spans are made even when the client that
+    started the run does not trace.
+    """
+    if not tracing_configured(tracer_provider):
+        return []
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    return [TracingInterceptor(telemetry.tracer, always_create_workflow_spans=True)]
 
 
 def workflow_runner(settings: Settings) -> WorkflowRunner:

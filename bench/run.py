@@ -50,6 +50,7 @@ from bench.floor_workflow import FLOOR_ACTIVITIES, FloorWorkflow  # noqa: E402
 from bench.long_run import long_run  # noqa: E402
 from bench.parked import parked  # noqa: E402
 from bench.recovery import recovery  # noqa: E402
+from bench.workers import cpu_seconds  # noqa: E402
 from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
 from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
@@ -74,61 +75,85 @@ async def _events(client: CapstanClient, workflow_id: str) -> list[Any]:
     return list((await client.client.get_workflow_handle(workflow_id).fetch_history()).events)
 
 
-async def overhead(client: CapstanClient, iterations: int, repeats: int) -> dict[str, Any]:
-    capstan_times: list[float] = []
-    bare_times: list[float] = []
-    floor_times: list[float] = []
+class _Meter:
+    """Wall time and the CPU time of the bench process (the workers and the client) and of the
+    server: CPU is what the noise of a shared machine disturbs least."""
+
+    def __init__(self, server_pid: int | None) -> None:
+        self.server_pid = server_pid
+        self.wall: list[float] = []
+        self.cpu: list[float] = []
+        self.server_cpu: list[float] = []
+
+    @contextlib.asynccontextmanager
+    async def measure(self, iterations: int, keep: bool) -> Any:
+        wall, cpu = time.perf_counter(), time.process_time()
+        server = cpu_seconds(self.server_pid) if self.server_pid else 0.0
+        yield
+        if keep:
+            self.wall.append((time.perf_counter() - wall) / iterations)
+            self.cpu.append((time.process_time() - cpu) / iterations)
+            if self.server_pid:
+                self.server_cpu.append((cpu_seconds(self.server_pid) - server) / iterations)
+
+    def ms(self, samples: list[float]) -> float:
+        return round(statistics.median(samples) * 1000, 2) if samples else 0.0
+
+
+async def overhead(
+    client: CapstanClient, iterations: int, repeats: int, server_pid: int | None = None
+) -> dict[str, Any]:
+    capstan, bare, floor = _Meter(server_pid), _Meter(server_pid), _Meter(server_pid)
     capstan_parts, floor_parts = Breakdown(), Breakdown()
+    # instant fake tools return tiny results: the fruitless breaker counts but never fires
+    quiet = GuardPolicy(
+        fruitless_nudge=10_000, fruitless_abort=10_000, similar_nudge=10_000, similar_abort=10_000
+    )
     for i in range(repeats + 1):
-        started = time.perf_counter()
+        keep = i > 0  # the first round warms caches up
         floor_id = f"floor-{uuid.uuid4().hex[:8]}"
-        await client.client.execute_workflow(
-            FloorWorkflow.run, iterations, id=floor_id, task_queue=FLOOR_QUEUE
-        )
-        floor = time.perf_counter() - started
-        started = time.perf_counter()
-        await client.client.execute_workflow(
-            BareWorkflow.run,
-            "bench",
-            id=f"bare-{uuid.uuid4().hex[:8]}",
-            task_queue=client.settings.task_queue,
-        )
-        bare = time.perf_counter() - started
-        started = time.perf_counter()
-        # instant fake tools return tiny results: the fruitless breaker counts but never fires
-        quiet = GuardPolicy(
-            fruitless_nudge=10_000,
-            fruitless_abort=10_000,
-            similar_nudge=10_000,
-            similar_abort=10_000,
-        )
+        async with floor.measure(iterations, keep):
+            await client.client.execute_workflow(
+                FloorWorkflow.run, iterations, id=floor_id, task_queue=FLOOR_QUEUE
+            )
+        async with bare.measure(iterations, keep):
+            await client.client.execute_workflow(
+                BareWorkflow.run,
+                "bench",
+                id=f"bare-{uuid.uuid4().hex[:8]}",
+                task_queue=client.settings.task_queue,
+            )
         spec = RunSpec(task="bench", max_steps=iterations + 1, guards=quiet)
-        run_id = await client.start_run(spec)
-        result = await client.result(run_id)
-        agent = time.perf_counter() - started
+        async with capstan.measure(iterations, keep):
+            run_id = await client.start_run(spec)
+            result = await client.result(run_id)
         assert result.terminal_reason is TerminalReason.COMPLETED, result
-        if i > 0:  # the first round warms caches up
-            floor_times.append(floor / iterations)
-            bare_times.append(bare / iterations)
-            capstan_times.append(agent / iterations)
+        if keep:
             capstan_parts.add(await _events(client, run_id))
             floor_parts.add(await _events(client, floor_id))
-    capstan, bare = statistics.median(capstan_times), statistics.median(bare_times)
-    floor = statistics.median(floor_times)
+    per_run = [c / f for c, f in zip(capstan.wall, floor.wall, strict=True)]
     return {
         "iterations_per_run": iterations,
         "runs_each": repeats,
-        "capstan_ms_per_iteration_median": round(capstan * 1000, 2),
-        "bare_ms_per_iteration_median": round(bare * 1000, 2),
-        "floor_ms_per_iteration_median": round(floor * 1000, 2),
-        "overhead_ratio": round(capstan / bare, 3),
+        "capstan_ms_per_iteration_median": capstan.ms(capstan.wall),
+        "bare_ms_per_iteration_median": bare.ms(bare.wall),
+        "floor_ms_per_iteration_median": floor.ms(floor.wall),
+        "overhead_ratio": round(capstan.ms(capstan.wall) / bare.ms(bare.wall), 3),
         "target_ratio": 1.10,
-        "floor_ratio": round(capstan / floor, 3),
+        "floor_ratio": round(capstan.ms(capstan.wall) / floor.ms(floor.wall), 3),
         "floor_target_ratio": 1.25,
-        "floor_ratio_spread": [
-            round(min(c / f for c, f in zip(capstan_times, floor_times, strict=True)), 3),
-            round(max(c / f for c, f in zip(capstan_times, floor_times, strict=True)), 3),
-        ],
+        "floor_ratio_spread": [round(min(per_run), 3), round(max(per_run), 3)],
+        # CPU per iteration: the bench process (workers, client) and the server, medians
+        "cpu_ms_per_iteration": {
+            "capstan": capstan.ms(capstan.cpu),
+            "bare": bare.ms(bare.cpu),
+            "floor": floor.ms(floor.cpu),
+        },
+        "server_cpu_ms_per_iteration": {
+            "capstan": capstan.ms(capstan.server_cpu),
+            "bare": bare.ms(bare.server_cpu),
+            "floor": floor.ms(floor.server_cpu),
+        },
         "breakdown": {"capstan": capstan_parts.summary(), "floor": floor_parts.summary()},
     }
 
@@ -199,7 +224,7 @@ def _floor_worker(client: CapstanClient) -> Worker:
 
 
 async def in_process(
-    args: argparse.Namespace, client: CapstanClient, settings: Settings
+    args: argparse.Namespace, client: CapstanClient, settings: Settings, server_pid: int | None
 ) -> dict[str, Any]:
     """The sections measured with an in-process worker (and the floor's worker beside it)."""
     result: dict[str, Any] = {}
@@ -219,7 +244,9 @@ async def in_process(
                 build_worker(client.client, settings, http, env, extra_workflows=[BareWorkflow]),
                 _floor_worker(client),
             ):
-                result["overhead"] = await overhead(client, args.iterations, args.repeats)
+                result["overhead"] = await overhead(
+                    client, args.iterations, args.repeats, server_pid
+                )
     with FakeProvider(dispatch) as fake:
         env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": fake.base_url}
         async with (
@@ -254,7 +281,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for sub in "abc":
                     (settings.workspace_dir / f"d{i}" / sub).mkdir(parents=True, exist_ok=True)
             client = CapstanClient(await connect_temporal(settings), settings)
-            result |= await in_process(args, client, settings)
+            server_pid = server.process.pid if server.process else None
+            result |= await in_process(args, client, settings, server_pid)
             if "recovery" in args.only and args.recovery_trials > 0:
                 result["recovery"] = await recovery(client, settings, args.recovery_trials)
             if "parked" in args.only and args.parked_runs > 0:

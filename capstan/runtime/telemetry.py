@@ -18,7 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-__all__ = ["Instruments", "configure_from_env", "instruments"]
+__all__ = ["Instruments", "configure_from_env", "instruments", "tracing_configured"]
 
 log = logging.getLogger("capstan.runtime.telemetry")
 SCOPE = "capstan"
@@ -57,3 +57,11 @@ class Instruments:
 
 def instruments(tracer_provider: trace.TracerProvider | None = None) -> Instruments:
     return Instruments(tracer_provider)
+
+
+def tracing_configured(tracer_provider: trace.TracerProvider | None = None) -> bool:
+    """Whether spans can go anywhere: a provider was given, or one was installed globally
+    (`configure_from_env`, or the embedding application, before the worker is built). The
+    default global provider is a proxy that drops every span."""
+    provider = tracer_provider or trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)

@@ -1,6 +1,7 @@
 """The worker's performance knobs: the workflow cache size from `CAPSTAN_MAX_CACHED_RUNS`, the
 tools' first retry from the run's `ActivityTuning`, and a worker start that does not import the
-MCP SDK when no MCP server is configured; a decision that goes out with no extra round trip."""
+MCP SDK when no MCP server is configured; a decision that goes out with no extra round trip;
+Temporal's tracing interceptor only where spans can go."""
 
 from __future__ import annotations
 
@@ -69,3 +70,32 @@ async def test_a_decision_for_the_run_itself_needs_no_describe(
     assert described == []
     assert await client.owner("r1", "r1/helper-2.0/3/call_1") == "r1/helper-2.0"
     assert described == ["r1"]  # the child owns `<child>/3/call_1` itself: no second look
+
+
+def test_the_tracing_interceptor_only_where_spans_can_go() -> None:
+    """Without a tracer provider every span is dropped, and the interceptor would still cost
+    every activity a context header and every activation a wrapper: not installed."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    from capstan.runtime.telemetry import Instruments
+    from capstan.worker import tracing_interceptors
+
+    assert tracing_interceptors(Instruments(), None) == []  # the global default: a proxy
+    provider = TracerProvider()
+    (installed,) = tracing_interceptors(Instruments(provider), provider)
+    assert isinstance(installed, TracingInterceptor)
+
+
+def test_a_globally_installed_tracer_provider_turns_the_interceptor_on() -> None:
+    code = (
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from capstan.runtime.telemetry import Instruments\n"
+        "from capstan.worker import tracing_interceptors\n"
+        "assert tracing_interceptors(Instruments(), None) == []\n"
+        "trace.set_tracer_provider(TracerProvider())\n"
+        "assert len(tracing_interceptors(Instruments(), None)) == 1\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
