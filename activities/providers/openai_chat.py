@@ -260,9 +260,14 @@ class OpenAIChat(HttpAdapter):
         acc = _StreamState(model=self.profile.model)
         done = False
         async for event in EventSource(response).aiter_sse():
+            # read on to the body's end (after [DONE], the chunked terminator): a body left
+            # unread closes the connection instead of returning it to the pool, and a new one
+            # costs the next call a TCP and TLS handshake
+            if done:
+                continue
             if event.data.strip() == "[DONE]":
                 done = True
-                break
+                continue
             try:
                 chunk = json.loads(event.data)
             except json.JSONDecodeError:

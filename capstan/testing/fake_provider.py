@@ -110,6 +110,8 @@ class FakeProvider:
         self.arrived = threading.Event()
         self._seen = threading.Condition()
         self._connections: set[socket.socket] = set()
+        #: connections accepted so far (a client that pools them opens one)
+        self.connections_opened = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -217,6 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.fake._lock:
             self.fake._connections.add(self.connection)
+            self.fake.connections_opened += 1
 
     def finish(self) -> None:
         with self.fake._lock:

@@ -32,6 +32,7 @@ from capstan.activities.providers.profiles import (
 from capstan.core.messages import Usage
 from capstan.core.models import Prices
 from capstan.core.tooling import ToolSpec
+from capstan.testing.fake_provider import FakeProvider, say
 from capstan.testing.wire import Turn, anthropic_events, anthropic_message, openai_chunks
 
 KEY = "sk-live-abcdefghijklmnop"
@@ -614,3 +615,19 @@ def test_local_profile_defaults() -> None:
         8192,
     )
     assert p.base_url == "http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_streamed_calls_share_one_pooled_connection(provider: str) -> None:
+    """A stream is read to the end of its body, so the connection goes back to the pool: with a
+    remote provider every new connection is a TCP and TLS handshake."""
+    with FakeProvider([say(content="hello")]) as fake:
+        base = fake.base_url if provider == "openai" else fake.base_url.removesuffix("/v1")
+        async with httpx.AsyncClient() as http:
+            adapter = (OpenAIChat if provider == "openai" else AnthropicMessages)(
+                profile(provider, stream=True).model_copy(update={"base_url": base}), http
+            )
+            for _ in range(3):
+                reply = await adapter.complete([RenderedMessage(role="user", content="hi")], [])
+                assert reply.text == "hello"
+        assert fake.connections_opened == 1
