@@ -49,6 +49,7 @@ from capstan.runtime.environment import validation_summary
 from capstan.runtime.health import Health, blob_check, serve_health, temporal_check
 from capstan.runtime.local_model import local_model_env
 from capstan.runtime.memory import tune_malloc
+from capstan.runtime.sdk_shortcuts import install as install_sdk_shortcuts
 from capstan.runtime.telemetry import Instruments, configure_from_env, tracing_configured
 from capstan.runtime.temporal_connection import TemporalConnectError
 from capstan.runtime.webhooks import load_webhooks
@@ -120,6 +121,7 @@ def build_worker(
     (default: the global one, which `configure_from_env` sets from `OTEL_*`).
     """
     telemetry = Instruments(tracer_provider)
+    install_sdk_shortcuts()  # no payload walks for keyless runs: see capstan.runtime.sdk_shortcuts
     content = content_store_for(settings, count_tokens)
     models = ModelActivities(
         content,
