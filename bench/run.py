@@ -41,6 +41,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from bench.bare_workflow import BareWorkflow  # noqa: E402
@@ -103,6 +104,7 @@ class _Meter:
 async def overhead(
     client: CapstanClient, iterations: int, repeats: int, server_pid: int | None = None
 ) -> dict[str, Any]:
+    sdk = sdk_client(client)
     capstan, bare, floor = _Meter(server_pid), _Meter(server_pid), _Meter(server_pid)
     capstan_parts, floor_parts = Breakdown(), Breakdown()
     # instant fake tools return tiny results: the fruitless breaker counts but never fires
@@ -113,7 +115,7 @@ async def overhead(
         keep = i > 0  # the first round warms caches up
         floor_id = f"floor-{uuid.uuid4().hex[:8]}"
         async with floor.measure(iterations, keep):
-            await client.client.execute_workflow(
+            await sdk.execute_workflow(
                 FloorWorkflow.run, iterations, id=floor_id, task_queue=FLOOR_QUEUE
             )
         async with bare.measure(iterations, keep):
@@ -216,9 +218,16 @@ def provider_process(iterations: int) -> Iterator[str]:
             process.wait(timeout=10)
 
 
-def _floor_worker(client: CapstanClient) -> Worker:
+def sdk_client(client: CapstanClient) -> Client:
+    """The same connection with the SDK's own defaults (its data converter, no codec): the
+    floor is what Temporal alone costs, so it must not run on Capstan's converter (until the
+    fourth pass of issue 12 it did, and so shared its costs and its savings)."""
+    return Client(client.client.service_client, namespace=client.client.namespace)
+
+
+def _floor_worker(client: Client) -> Worker:
     return Worker(
-        client.client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
+        client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow],
         activities=FLOOR_ACTIVITIES, build_id="bench-floor",
     )  # fmt: skip
 
@@ -242,7 +251,7 @@ async def in_process(
             async with (
                 httpx.AsyncClient() as http,
                 build_worker(client.client, settings, http, env, extra_workflows=[BareWorkflow]),
-                _floor_worker(client),
+                _floor_worker(sdk_client(client)),
             ):
                 result["overhead"] = await overhead(
                     client, args.iterations, args.repeats, server_pid
