@@ -220,11 +220,10 @@ class ContentStore:
         self._lock = threading.Lock()
 
     def store_text(self, text: str) -> Text:
-        """Inline when small, otherwise written to the store and referenced."""
-        data = text.encode("utf-8")
-        if len(data) <= self.inline_limit:
+        """Inline when small (`fits_inline`), otherwise written to the store and referenced."""
+        if self.fits_inline(text):
             return text
-        return self.store_bytes(data, text)
+        return self.store_bytes(text.encode("utf-8"), text)
 
     def fits_inline(self, text: str) -> bool:
         """Whether `store_text(text)` is `text` itself, with no IO: async callers skip the

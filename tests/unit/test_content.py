@@ -41,6 +41,7 @@ def test_fits_inline_is_exactly_what_store_text_keeps_inline(
     for count in (0, edge - 1, edge, edge + 1, 4 * edge):
         text = char * count
         assert store.fits_inline(text) == (store.store_text(text) == text), (char, count)
+        assert store.fits_inline(text) == (len(text.encode()) <= store.inline_limit)
 
 
 def test_altered_and_missing_blobs_are_errors(store: ContentStore, tmp_path: Path) -> None:
