@@ -85,8 +85,7 @@ async def replay_histories(histories: list[WorkflowHistory]) -> list[str]:
 
 async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     if args.file:
-        path = Path(args.file)
-        histories = [WorkflowHistory.from_json(path.stem, path.read_text())]
+        histories = _history_files(Path(args.file))
     elif args.run_id:
         client = await _client(settings)
         histories = await load_histories(client.client, args.run_id)
@@ -100,6 +99,20 @@ async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     if not problems:
         print(f"replayed {len(histories)} history file(s) against the current code: no divergence")
     return EXIT_OK if not problems else EXIT_PROBLEMS
+
+
+def _history_files(path: Path) -> list[WorkflowHistory]:
+    """One exported history, or every one in a directory `export-history` wrote for a run that
+    continued as new (in the order of the chain: the file names number it)."""
+    if path.is_dir():
+        files = sorted(path.glob("*.json"))
+        if not files:
+            raise CliError(f"{path} holds no history files (*.json)")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise CliError(f"no history file or directory {path}")
+    return [WorkflowHistory.from_json(f.stem, f.read_text()) for f in files]
 
 
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
@@ -129,7 +142,9 @@ def register_audit(add: Adder) -> None:
     p.add_argument("--verify-file", default=None, help="check the hash chain of an exported trail")
     p = add("replay", cmd_replay, "replay a run's history against the current code")
     p.add_argument("run_id", nargs="?", default=None)
-    p.add_argument("--file", default=None)
+    p.add_argument(
+        "--file", default=None, help="an exported history, or the directory of a chain's"
+    )
     p = add("export-history", cmd_export, "write a run's history (JSON) for replay tests")
     p.add_argument("run_id")
     p.add_argument("--out", default=None)
