@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         TERMINAL_MEMO,
         TERMINAL_MEMO_PATCH,
         TOOL_POLICY_PATCH,
+        WAIT_FRESH_PATCH,
         WORKFLOW_NAME,
         AgentInput,
         OpenRequests,
@@ -298,10 +299,23 @@ class AgentWorkflow:
 
     def _decide(self) -> Effect:
         gauge = self._gauge()
+        suggested = gauge.suggested
         try:
-            effect = loop.next_effect(self.state, continue_suggested=gauge.suggested, history=gauge)
-            if isinstance(effect, ContinueAsNew) and not self._limits_apply(gauge):
-                effect = loop.next_effect(self.state, continue_suggested=gauge.suggested)
+            effect = loop.next_effect(
+                self.state, continue_suggested=suggested, history=gauge, wait_fresh=True
+            )
+            if (
+                isinstance(effect, ContinueAsNew)
+                and effect.before_wait
+                and not workflow.patched(WAIT_FRESH_PATCH)
+            ):
+                effect = loop.next_effect(self.state, continue_suggested=suggested, history=gauge)
+            if (
+                isinstance(effect, ContinueAsNew)
+                and not effect.before_wait
+                and not self._limits_apply(gauge)
+            ):
+                effect = loop.next_effect(self.state, continue_suggested=suggested)
         except Exception as exc:
             raise _LoopBugError(exc) from exc
         return effect

@@ -139,17 +139,22 @@ def initial_state(spec: RunSpec, run_id: str) -> RunState:
 
 
 def next_effect(
-    state: RunState, *, continue_suggested: bool = False, history: HistoryGauge | None = None
+    state: RunState,
+    *,
+    continue_suggested: bool = False,
+    history: HistoryGauge | None = None,
+    wait_fresh: bool = False,
 ) -> Effect:
     """Decide what the run does next. The interpreter performs it and reports the outcome.
 
     `continue_suggested` is the interpreter's hint that its history is getting long; `history`
     how full it is (signals, updates, events, bytes), so a waiting run continues as new before
-    Temporal refuses its inputs. Only reads: an end the rules call for was recorded by the
-    boundary fold, and deciding on a state where it was not (no `Boundary` folded first) is an
-    interpreter bug.
+    Temporal refuses its inputs; `wait_fresh` lets a run continue as new before it waits for a
+    person (`capstan.core.decision.waits_fresh`). Only reads: an end the rules call for was
+    recorded by the boundary fold, and deciding on a state where it was not (no `Boundary`
+    folded first) is an interpreter bug.
     """
-    decision = decide(state, continue_suggested, history)
+    decision = decide(state, continue_suggested, history, wait_fresh)
     if isinstance(decision, Ending):
         raise IllegalTransitionError(
             f"the run must end ({decision.reason.value}) but no fold recorded it: "

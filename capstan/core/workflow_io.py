@@ -28,6 +28,7 @@ __all__ = [
     "TERMINAL_MEMO",
     "TERMINAL_MEMO_PATCH",
     "TOOL_POLICY_PATCH",
+    "WAIT_FRESH_PATCH",
     "WORKFLOW_NAME",
     "AgentInput",
     "CancelRequest",
@@ -83,6 +84,11 @@ NOTIFY_PATCH = "notify-requests-v1"
 #: workflow task instead of two before the first model call); the loop still folds the two
 #: outcomes in its order. Runs recorded before it ran them one after the other.
 PARALLEL_START_PATCH = "parallel-start-v1"
+
+#: `workflow.patched` id: a run that has taken a step continues as new before it waits for a
+#: person (`capstan.core.decision.waits_fresh`), so delivering the decision to a run the
+#: worker's cache no longer holds replays a few events. Runs recorded before it wait in place.
+WAIT_FRESH_PATCH = "wait-fresh-v1"
 
 
 class AgentInput(BaseModel):

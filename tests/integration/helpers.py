@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 from temporalio.client import Client, WorkflowHandle
 
+from capstan.audit.history import load_histories
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider
 from capstan.worker import build_worker
@@ -48,12 +50,54 @@ async def running_worker(
 
 
 async def history_events(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
+    """The events of the run's current execution."""
     history = await handle.fetch_history()
     return list(json.loads(history.to_json())["events"])
 
 
+async def chain_events(temporal: Client, run_id: str) -> list[dict[str, Any]]:
+    """The events of every execution of the run, oldest first (a run continues as new before
+    it waits for a person, so its earlier steps are in an earlier execution)."""
+    events: list[dict[str, Any]] = []
+    for history in await load_histories(temporal, run_id):
+        events += json.loads(history.to_json())["events"]
+    return events
+
+
+_CLOSES_ACTIVITY = (
+    "activityTaskCompletedEventAttributes",
+    "activityTaskFailedEventAttributes",
+    "activityTaskTimedOutEventAttributes",
+    "activityTaskCanceledEventAttributes",
+)
+
+
+async def quiet_events(
+    handle: WorkflowHandle[Any, Any], timeout: float = 30.0
+) -> list[dict[str, Any]]:
+    """The current execution's events once it waits: its last workflow task completed and every
+    activity it started is over. A run that asks for approval answers queries (from its last
+    execution) a moment before its fresh execution has finished its first task."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        events = await history_events(handle)
+        scheduled = "activityTaskScheduledEventAttributes"
+        open_activities = {e["eventId"] for e in events if scheduled in e}
+        for event in events:
+            for key in _CLOSES_ACTIVITY:
+                if key in event:
+                    open_activities.discard(event[key]["scheduledEventId"])
+        if events[-1]["eventType"].endswith("WORKFLOW_TASK_COMPLETED") and not open_activities:
+            return events
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"the run never settled: last event {events[-1]['eventType']}")
+        await asyncio.sleep(0.05)
+
+
 async def record_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
-    """Write the run's history into tests/histories/ when CAPSTAN_RECORD_HISTORIES=1.
+    """Write the run's history into tests/histories/ when CAPSTAN_RECORD_HISTORIES=1: its
+    current execution as `name.json`, and for a run that continued as new each earlier one as
+    `name.N.json` (N from 0, oldest first), so both sides of a continue-as-new replay.
 
     An existing file is kept: histories of earlier versions must go on replaying. Record a new
     scenario under a new name (or delete a file on purpose, with a reason in the commit).
@@ -61,9 +105,11 @@ async def record_history(handle: WorkflowHandle[Any, Any], name: str) -> None:
     target = HISTORIES / f"{name}.json"
     if os.environ.get("CAPSTAN_RECORD_HISTORIES") != "1" or target.exists():
         return
-    history = await handle.fetch_history()
+    *earlier, current = await load_histories(handle._client, handle.id)
     HISTORIES.mkdir(exist_ok=True)
-    target.write_text(history.to_json())
+    for i, history in enumerate(earlier):
+        (HISTORIES / f"{name}.{i}.json").write_text(history.to_json())
+    target.write_text(current.to_json())
 
 
 ROOT = Path(__file__).resolve().parents[2]

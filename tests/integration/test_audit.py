@@ -128,9 +128,19 @@ async def test_cli_audit_replay_and_export(agent: Agent, tmp_path) -> None:
     exported = await asyncio.to_thread(
         run_cli, settings, "export-history", run_id, "--out", str(history)
     )
-    assert exported.returncode == 0
-    replayed = await asyncio.to_thread(run_cli, settings, "replay", "--file", str(history))
-    assert replayed.returncode == 0 and "no divergence" in replayed.stdout
+    # the run continued as new before it waited for the approval: a chain, one file each
+    assert exported.returncode == 0 and "continue-as-new chain" in exported.stdout
+    chain = history.with_suffix("")
+    assert len(list(chain.glob("*.json"))) == 2
+    one = await asyncio.to_thread(
+        run_cli, settings, "replay", "--file", str(sorted(chain.glob("*.json"))[0])
+    )
+    assert one.returncode == 0 and "no divergence" in one.stdout
+    missing = await asyncio.to_thread(run_cli, settings, "replay", "--file", str(history))
+    assert missing.returncode != 0 and "no history file or directory" in missing.stderr
+    replayed = await asyncio.to_thread(run_cli, settings, "replay", "--file", str(chain))
+    assert replayed.returncode == 0 and "replayed 2 history file(s)" in replayed.stdout
+    assert "no divergence" in replayed.stdout
     live = await asyncio.to_thread(run_cli, settings, "replay", run_id)
     assert live.returncode == 0
     broken = ROOT / "tests" / "histories" / "broken" / "parallel_tools_renamed_activity.json"

@@ -11,7 +11,7 @@ from capstan.client.runs import RejectedError
 from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason, ToolRule
 from capstan.core.steering import Decision
 from capstan.testing.fake_provider import call, say
-from tests.integration.helpers import history_events
+from tests.integration.helpers import history_events, quiet_events
 from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_pending, wait_status
 
@@ -74,7 +74,7 @@ async def test_rejected_decisions(agent: Agent, workspace) -> None:
         client = live.client
         run_id = await live.start(spec(tool_policy=policy))
         (request,) = (await wait_pending(client, run_id)).approvals
-        events_before = len(await history_events(client.handle(run_id)))
+        events_before = len(await quiet_events(client.handle(run_id)))
         for arguments in ('{"path": 3}', '{"path": "secrets/k", "content": "x"}', "{nope"):
             with pytest.raises(RejectedError, match="edited arguments rejected"):
                 await client.decide(

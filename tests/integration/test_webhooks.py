@@ -31,7 +31,7 @@ from capstan.runtime.webhooks import (
 )
 from capstan.testing.fake_provider import call, say
 from tests.conftest import free_port
-from tests.integration.helpers import history_events
+from tests.integration.helpers import chain_events, history_events
 from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_for, wait_pending
 
@@ -139,7 +139,7 @@ async def test_signed_json_and_slack_bodies_link_to_the_inbox(
             await wait_for(_async(lambda: len(ops.got)), lambda n: n >= 2)
             await live.client.answer(run_id, question.request_id, "blue")
             run = await live.finish(run_id, history="notify_requests")
-            history = json.dumps(await history_events(live.client.handle(run_id)))
+            history = json.dumps(await chain_events(live.client.client, run_id))
         assert run.result.terminal_reason is TerminalReason.COMPLETED
         assert SECRET not in history and chat.url not in history and ops.url not in history
         assert history.count('"notify_request"') == 2  # one approval, one question
