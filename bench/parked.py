@@ -1,6 +1,7 @@
 """Parked runs: many runs waiting for approval on one worker, and what they cost it.
 
-`runs` runs each ask to run a tool that needs approval and wait; the worker process's resident
+`runs` runs each take `steps_before` read-only steps (`--parked-steps`, default 0), then ask to
+run a tool that needs approval and wait; the worker process's resident
 memory is read before and after they park. Then a sample is approved one at a time and the time
 from the decision to the tool starting is measured. The floor: the same number of bare sandboxed
 workflows waiting for a signal on an SDK-only worker (`bench/bare_worker.py`), and signal ->
@@ -13,6 +14,7 @@ import asyncio
 import statistics
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +30,18 @@ __all__ = ["parked"]
 MB = 1024 * 1024
 
 
-def _script(step: int, messages: list[dict[str, Any]]) -> Reply:
-    task = next(str(m["content"]) for m in messages if m["role"] == "user")
-    if step == 0:
-        return say(call("append_line", path=f"{task.split()[-1]}.txt", line="approved"))
-    return say(call("finish", answer="done"))
+def _script(steps_before: int) -> Callable[[int, list[dict[str, Any]]], Reply]:
+    """Each run takes `steps_before` read-only steps, then asks to append a line, then ends."""
+
+    def script(step: int, messages: list[dict[str, Any]]) -> Reply:
+        task = next(str(m["content"]) for m in messages if m["role"] == "user")
+        if step < steps_before:
+            return say(call("read_file", path=f"{task.split()[-1]}-{step}.txt"))
+        if step == steps_before:
+            return say(call("append_line", path=f"{task.split()[-1]}.txt", line="approved"))
+        return say(call("finish", answer="done"))
+
+    return script
 
 
 async def _gather_limited(jobs: list[Any], limit: int = 20) -> list[Any]:
@@ -57,12 +66,14 @@ async def _settled(pid: int) -> int:
     return last
 
 
-async def _capstan(client: CapstanClient, base: Settings, runs: int, sample: int) -> dict[str, Any]:
+async def _capstan(
+    client: CapstanClient, base: Settings, runs: int, sample: int, steps_before: int
+) -> dict[str, Any]:
     settings = base.model_copy(update={"task_queue": f"park-{uuid.uuid4().hex[:8]}"})
     settings.workspace_dir.mkdir(parents=True, exist_ok=True)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     own = CapstanClient(client.client, settings)
-    with FakeProvider(_script) as fake:
+    with FakeProvider(_script(steps_before)) as fake:
         env = {"CAPSTAN_MODEL": "openai:fake", "OPENAI_BASE_URL": fake.base_url}
         log = settings.data_dir / f"{settings.task_queue}.log"
         worker = capstan_worker(settings, env, log)
@@ -70,13 +81,13 @@ async def _capstan(client: CapstanClient, base: Settings, runs: int, sample: int
             await polling(log)
             # warm up: a few runs through the whole path (lazy imports, caches, arenas)
             warm = await _start(own, settings.task_queue, "warm", 5)
-            await until(lambda: len(fake.requests) >= 5, 120)
+            await until(lambda: len(fake.requests) >= 5 * (steps_before + 1), 120)
             for i, request in enumerate(await _gather_limited([_parked(own, r) for r in warm])):
                 path = settings.workspace_dir / f"{settings.task_queue}-warm{i}.txt"
                 await _approve(own, request, path)
             idle = await _settled(worker.pid)
             ids = await _start(own, settings.task_queue, "", runs)
-            await until(lambda: len(fake.requests) >= runs + 10, 600)
+            await until(lambda: len(fake.requests) >= (runs + 5) * (steps_before + 1) + 5, 600)
             requests = await _gather_limited([_parked(own, r) for r in ids])
             full = await _settled(worker.pid)
             # the oldest runs (evicted when the cache holds fewer than `runs`), then the newest
@@ -182,12 +193,13 @@ def _report(found: dict[str, Any], runs: int) -> dict[str, Any]:
 
 
 async def parked(
-    client: CapstanClient, base: Settings, runs: int, sample: int = 20
+    client: CapstanClient, base: Settings, runs: int, sample: int = 20, steps_before: int = 0
 ) -> dict[str, Any]:
-    capstan = _report(await _capstan(client, base, runs, sample), runs)
+    capstan = _report(await _capstan(client, base, runs, sample, steps_before), runs)
     floor = _report(await _floor(client, base, runs, sample), runs)
     return {
         "runs": runs,
+        "steps_before_asking": steps_before,
         "capstan": capstan,
         "floor": floor,
         "capstan_rss_at_1000_runs_mb": round(

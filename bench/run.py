@@ -295,7 +295,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             if "recovery" in args.only and args.recovery_trials > 0:
                 result["recovery"] = await recovery(client, settings, args.recovery_trials)
             if "parked" in args.only and args.parked_runs > 0:
-                result["parked"] = await parked(client, settings, args.parked_runs)
+                result["parked"] = await parked(
+                    client, settings, args.parked_runs, steps_before=args.parked_steps
+                )
         finally:
             server.stop()
     result["load_average_after"] = _load()
@@ -309,6 +311,12 @@ def main() -> None:
     parser.add_argument("--long-steps", type=int, default=5000)
     parser.add_argument("--recovery-trials", type=int, default=10)
     parser.add_argument("--parked-runs", type=int, default=1000)
+    parser.add_argument(
+        "--parked-steps",
+        type=int,
+        default=0,
+        help="read-only steps each parked run takes before it asks (its history grows with them)",
+    )
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = parser.parse_args()
