@@ -12,6 +12,13 @@ their ratio, and call_model at step 300 on a worker with cold caches (just resta
 in CPU time of the process (`own_cpu`: every thread, the adapter's share taken out), which other
 processes on a loaded machine do not inflate the way they inflate wall time.
 
+The sequential reading times step 20 early in a run and step 300 seconds later, so it also
+counts what changed meanwhile: the process's heap and caches, and the disk — each call writes a
+segment file, and on this machine's ext4 creating a file took ~5 us on a quiet disk and 250-330
+us under the bench's own stream of writes. `same_time_*` takes that out: a new run's calls near
+step 20 alternate with the long run's near step 300 (`_side_by_side`), so both are timed in the
+same process state; their ratio is what the conversation's length alone costs.
+
     python -m bench.call_model_cost [--steps 320]
 """
 
@@ -150,6 +157,45 @@ async def _sequence(root: Path, http: httpx.AsyncClient, steps: int) -> dict[str
     return {"own": own, "wire": wire, "own_cpu": own_cpu, "cold": cold}
 
 
+async def _side_by_side(root: Path, http: httpx.AsyncClient, steps: int) -> dict[str, list[float]]:
+    """A long run and a new one whose calls alternate with its last 40: the new run's calls
+    near step 20 are timed in the same process state as the long run's near step 300 (the same
+    caches, heap, thread pool and disk activity), so their ratio is what the conversation's
+    length costs, apart from how long the process has been busy."""
+    models, tools = _activities(root, http)
+    runs: dict[str, tuple[BlobRef | None, tuple[Message, ...]]] = {
+        name: (
+            None,
+            (
+                Message(role="system", content=f"You are bench {name}.", origin="system"),
+                Message(role="user", content="do the bench"),
+            ),
+        )
+        for name in ("long", "new")
+    }
+    found: dict[str, list[float]] = {"long": [], "new": [], "long_cpu": [], "new_cpu": []}
+
+    async def call(name: str, step: int, window: range) -> None:
+        head, pending = runs[name]
+        request = CallModelInput(
+            run_id=name, step=step, profile="default", conversation=head,
+            new_messages=pending, tools=tools,
+        )  # fmt: skip
+        took, _, took_cpu, reply = await _one(models, request)
+        if step in window:
+            found[name].append(took)
+            found[f"{name}_cpu"].append(took_cpu)
+        calls = tuple(c.id for c in reply.message.tool_calls)
+        runs[name] = (reply.conversation, _results(step, calls))
+
+    late, early = range(steps - 30, steps - 10), range(10, 30)
+    for step in range(1, steps + 1):
+        await call("long", step, late)
+        if step > steps - 40:
+            await call("new", step - (steps - 40), early)
+    return found
+
+
 def _ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1000, 3)
 
@@ -163,16 +209,21 @@ async def measure(steps: int = 320, repeats: int = 5) -> dict[str, Any]:
     cold: list[float] = []
     cpu_20: list[float] = []
     cpu_300: list[float] = []
+    same_time: dict[str, list[float]] = {"long": [], "new": [], "long_cpu": [], "new_cpu": []}
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as tmp:
             async with httpx.AsyncClient(transport=httpx.MockTransport(_reply)) as http:
                 run = await _sequence(Path(tmp), http, steps)
+        with tempfile.TemporaryDirectory() as tmp:
+            async with httpx.AsyncClient(transport=httpx.MockTransport(_reply)) as http:
+                for key, values in (await _side_by_side(Path(tmp), http, steps)).items():
+                    same_time[key] += values
         near_20 += run["own"][10:30]
-        near_300 += run["own"][290:310]
+        near_300 += run["own"][steps - 30 : steps - 10]
         wire_20 += run["wire"][10:30]
-        wire_300 += run["wire"][290:310]
+        wire_300 += run["wire"][steps - 30 : steps - 10]
         cpu_20 += run["own_cpu"][10:30]
-        cpu_300 += run["own_cpu"][290:310]
+        cpu_300 += run["own_cpu"][steps - 30 : steps - 10]
         cold += run["cold"]
     return {
         "steps": steps,
@@ -186,6 +237,15 @@ async def measure(steps: int = 320, repeats: int = 5) -> dict[str, Any]:
         "own_cpu_ms_at_step_20": _ms(cpu_20),
         "own_cpu_ms_at_step_300": _ms(cpu_300),
         "own_cpu_ratio_300_to_20": round(statistics.median(cpu_300) / statistics.median(cpu_20), 3),
+        # the long run's calls near step 300 against a new run's near step 20, alternating
+        "same_time_own_ms_at_step_20": _ms(same_time["new"]),
+        "same_time_own_ms_at_step_300": _ms(same_time["long"]),
+        "same_time_own_ratio_300_to_20": round(
+            statistics.median(same_time["long"]) / statistics.median(same_time["new"]), 3
+        ),
+        "same_time_own_cpu_ratio_300_to_20": round(
+            statistics.median(same_time["long_cpu"]) / statistics.median(same_time["new_cpu"]), 3
+        ),
         "target": "own ratio <= 1.3 and own <= 2 ms at step 20",
     }
 
