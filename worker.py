@@ -147,6 +147,7 @@ def build_worker(
         telemetry=telemetry,
         finish_guard=load_finish_guard(settings.finish_guard),
         mcp=mcp,
+        notify=hooks.kinds(),
     )
     options: dict[str, object] = {
         # a run whose worker died moves to another worker's queue after this long (recovery)

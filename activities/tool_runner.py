@@ -27,6 +27,7 @@ from capstan.activities.tools.mcp import McpBrokenError, McpListing, McpRequired
 from capstan.activities.tools.registry import ToolContext, ToolRegistry
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.core.activity_table import ActivityName
+from capstan.core.notify import NotifyKind
 from capstan.core.spec import ToolRule
 from capstan.core.tooling import (
     ToolCatalog,
@@ -56,8 +57,10 @@ class ToolActivities:
         telemetry: Instruments | None = None,
         finish_guard: FinishGuard | None = None,
         mcp: McpTools | None = None,
+        notify: tuple[NotifyKind, ...] = (),
     ) -> None:
         self.telemetry = telemetry or Instruments()
+        self.notify = notify  # what the worker's webhooks want (`ToolCatalog.notify`)
         self.mcp = mcp
         self.finish_guard = finish_guard
         self.registry = registry
@@ -84,6 +87,7 @@ class ToolActivities:
             tools=infos,
             finish_hook=self.finish_guard is not None,
             diagnostics=tuple(listing.diagnostics),
+            notify=self.notify,
         )
 
     async def _mcp_listing(self, allowed: tuple[str, ...] | None) -> McpListing:

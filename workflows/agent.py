@@ -262,7 +262,9 @@ class AgentWorkflow:
             approvals=list(self.state.turn.approvals), questions=list(self.state.turn.questions)
         )
         workflow.upsert_memo({REQUESTS_MEMO: requests})
-        notify_opened(self.state.run_id, requests, announced, self.state.spec.tuning)
+        catalog = self.state.catalog
+        kinds = catalog.notify if catalog is not None else None
+        notify_opened(self.state.run_id, requests, announced, self.state.spec.tuning, kinds)
 
     def _gauge_waiting(self) -> None:
         gauge = workflow.metric_meter().create_gauge("capstan_approvals_waiting", "requests")

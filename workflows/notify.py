@@ -22,7 +22,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from capstan.core.activity_table import ACTIVITIES, ActivityName
-    from capstan.core.notify import NotifyInput, NotifyResult, newly_opened
+    from capstan.core.notify import NotifyInput, NotifyKind, NotifyResult, newly_opened
     from capstan.core.spec import ActivityTuning
     from capstan.core.workflow_io import NOTIFY_PATCH, REQUESTS_MEMO, OpenRequests
 
@@ -42,10 +42,16 @@ def announced_before() -> frozenset[str]:
 
 
 def notify_opened(
-    run_id: str, requests: OpenRequests, announced: frozenset[str], tuning: ActivityTuning
+    run_id: str,
+    requests: OpenRequests,
+    announced: frozenset[str],
+    tuning: ActivityTuning,
+    kinds: tuple[NotifyKind, ...] | None,
 ) -> None:
-    """Start a `notify_request` for each request of `requests` not in `announced`."""
+    """Start a `notify_request` for each request of `requests` not in `announced` whose kind
+    is in `kinds` (the catalog's `notify`: what the worker's hooks want; None, every kind)."""
     fresh = newly_opened(run_id, requests.approvals, requests.questions, announced)
+    fresh = [f for f in fresh if kinds is None or f.kind in kinds]
     if not fresh or not workflow.patched(NOTIFY_PATCH):
         return
     for item in fresh:

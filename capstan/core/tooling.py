@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from capstan.core.content import BlobRef, Text
+from capstan.core.notify import NotifyKind
 
 __all__ = [
     "ASK_USER_TOOL",
@@ -89,6 +90,11 @@ class ToolCatalog(BaseModel):
     finish_hook: bool = False
     #: what the listing could not offer (an MCP server that was down), for status and audit
     diagnostics: tuple[str, ...] = ()
+    #: the kinds of opened request the listing worker posts to webhooks (`CAPSTAN_WEBHOOKS`):
+    #: the run starts a `notify_request` for these only, so a worker without hooks adds no
+    #: activity (and no extra workflow task) to every wait. Like the policy file, it is what the
+    #: run was listed with. None: a catalog from before the field (every kind, as then).
+    notify: tuple[NotifyKind, ...] | None = None
 
     def timeout_for(self, name: str, default: float) -> float:
         return self.timeouts.get(name, default)

@@ -32,11 +32,12 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from capstan.core.notify import NotifyKind
 from capstan.runtime.environment import ConfigError, validation_summary
 
 __all__ = [
@@ -72,7 +73,7 @@ class Hook(BaseModel):
     secret_env: str | None = None
     secret_file: Path | None = None
     format: Literal["json", "slack"] = "json"
-    events: tuple[Literal["approval", "question"], ...] = ("approval", "question")
+    events: tuple[NotifyKind, ...] = ("approval", "question")
     #: seconds per POST; hooks are posted in parallel within the activity's 20 s
     timeout: float = Field(10.0, gt=0, le=15)
 
@@ -130,6 +131,11 @@ class WebhookConfig(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     hooks: tuple[Hook, ...] = ()
+
+    def kinds(self) -> tuple[NotifyKind, ...]:
+        """The kinds of opened request at least one hook wants, in `NotifyKind`'s order."""
+        wanted = {kind for hook in self.hooks for kind in hook.events}
+        return tuple(k for k in get_args(NotifyKind) if k in wanted)
 
     def problems(self, env: Mapping[str, str]) -> list[str]:
         """What is missing in `env` (or the secret files) for each hook to post."""

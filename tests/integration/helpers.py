@@ -87,8 +87,9 @@ async def quiet_events(
             for key in _CLOSES_ACTIVITY:
                 if key in event:
                     open_activities.discard(event[key]["scheduledEventId"])
-        if events[-1]["eventType"].endswith("WORKFLOW_TASK_COMPLETED") and not open_activities:
-            return events
+        tasks = [e["eventType"] for e in events if "_WORKFLOW_TASK_" in e["eventType"]]
+        if tasks and tasks[-1].endswith("WORKFLOW_TASK_COMPLETED") and not open_activities:
+            return events  # the commands of the last task follow its completion
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError(f"the run never settled: last event {events[-1]['eventType']}")
         await asyncio.sleep(0.05)

@@ -3,10 +3,13 @@ continues as new before it waits, so the task that delivers the decision to a ru
 cache no longer holds replays a handful of events however long the run went on before.
 
 Runs recorded before the gate wait where they are (tests/histories/approval_*.json replay so in
-tests/test_replay.py); `wait_fresh.0.json` / `wait_fresh.json` are both sides of the gate.
+tests/test_replay.py); `wait_fresh.0.json` / `wait_fresh.json` are both sides of the gate, and
+`wait_fresh_no_hooks.*` the same on a worker whose listing says it has no webhooks.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -41,17 +44,21 @@ async def test_a_run_waits_for_approval_in_a_short_fresh_execution(
         (request,) = (await wait_pending(client, run_id)).approvals
         waiting = await quiet_events(client.handle(run_id))
         # what an evicted run replays to take the decision, whatever came before: its start,
-        # the patch markers, the announcement and its webhook activity, the expiry timer (18;
+        # two patch markers, the announcement, the expiry timer — one workflow task (10 events;
         # in one execution, the 6 steps before the wait came to 95 more)
-        assert len(waiting) <= 20, _types(waiting)
+        assert len(waiting) <= 12, _types(waiting)
+        assert _types(waiting).count("WORKFLOW_TASK_COMPLETED") == 1
         memo_updates = _types(waiting).count("WORKFLOW_PROPERTIES_MODIFIED")
         assert memo_updates == 1  # the request is announced once, in the fresh execution
         assert not (workspace / "a.txt").exists()
         await client.decide(run_id, "approve", request.request_id, args_hash=request.args_hash)
-        run = await live.finish(run_id, history="wait_fresh" if steps_before == 6 else None)
+        recorded = "wait_fresh_no_hooks" if steps_before == 6 else None
+        run = await live.finish(run_id, history=recorded)
         chain = await chain_events(live.client.client, run_id)
     assert run.result.terminal_reason is TerminalReason.COMPLETED and run.result.output == "written"
     assert (workspace / "a.txt").read_text().strip() == "approved"
     assert _types(chain).count("WORKFLOW_EXECUTION_CONTINUED_AS_NEW") == 1
     assert WAIT_FRESH_PATCH in _patches(chain)
+    # this worker has no webhooks (its listing says so): no notify_request, no task to wake
+    assert '"notify_request"' not in json.dumps(chain)
     assert run.result.steps == steps_before + 1

@@ -14,7 +14,7 @@ from capstan.activities.tools.registry import ToolContext, ToolRegistry, tool
 from capstan.activities.tools.workspace import Workspace, WorkspaceError, workspace_parts
 from capstan.core.activity_io import ListToolsInput, RunToolInput
 from capstan.core.content import BlobRef
-from capstan.core.tooling import ToolFailed, ToolSucceeded
+from capstan.core.tooling import ToolCatalog, ToolFailed, ToolSucceeded
 from capstan.runtime.blobstore import ContentStore, LocalBlobStore
 from tests import sample_tools
 
@@ -189,3 +189,18 @@ async def test_worker_policy_file_reaches_the_catalog(tmp_path: Path) -> None:
     assert catalog.tools["read_file"].untrusted_output and catalog.tools["read_file"].read_only
     assert catalog.tools["write_file"].parameters["required"] == ["path", "content"]
     assert load_policy(None) == {}
+
+
+async def test_the_listing_says_which_requests_the_worker_notifies(tmp_path: Path) -> None:
+    """A worker without webhooks lists `notify=()`, so its runs start no `notify_request`; a
+    catalog recorded before the field reads as None (notify every kind, as runs then did)."""
+    content = ContentStore(LocalBlobStore(tmp_path / "blobs"))
+    registry = ToolRegistry([*BUILTIN_TOOLS])
+    quiet = ToolActivities(registry, content, tmp_path / "ws")
+    assert (await quiet.list_tools(ListToolsInput())).notify == ()
+    hooked = ToolActivities(registry, content, tmp_path / "ws", notify=("approval",))
+    catalog = await hooked.list_tools(ListToolsInput())
+    assert catalog.notify == ("approval",)
+    older = catalog.model_dump(mode="json")
+    del older["notify"]
+    assert ToolCatalog.model_validate(older).notify is None

@@ -144,3 +144,16 @@ def test_the_embedded_server_registers_the_tenant_attribute(tmp_path: Path) -> N
     command = EmbeddedServer(tmp_path, 7233).command()
     at = command.index("--search-attribute")
     assert command[at + 1] == "CapstanTenant=Keyword"
+
+
+def test_the_kinds_a_worker_notifies_are_what_its_hooks_want(tmp_path: Path) -> None:
+    """What a listing puts in `ToolCatalog.notify`: runs start `notify_request` for these only."""
+    assert load_webhooks(None).kinds() == ()
+    hook = '[hooks.{}]\nurl = "https://{}.example/"\nformat = "slack"\nevents = {}\n'
+    only_questions = write(tmp_path, hook.format("a", "a", '["question"]'))
+    assert load_webhooks(only_questions).kinds() == ("question",)
+    both = write(
+        tmp_path,
+        hook.format("a", "a", '["question"]') + hook.format("b", "b", '["approval"]'),
+    )
+    assert load_webhooks(both).kinds() == ("approval", "question")
