@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -112,7 +113,23 @@ def _history_files(path: Path) -> list[WorkflowHistory]:
         files = [path]
     else:
         raise CliError(f"no history file or directory {path}")
-    return [WorkflowHistory.from_json(f.stem, f.read_text()) for f in files]
+    return [_history_file(f) for f in files]
+
+
+def _history_file(path: Path) -> WorkflowHistory:
+    """One exported history, checked before the replayer sees it: the SDK's replayer panics and
+    never returns on a history that does not start with a run's start event."""
+    try:
+        history = WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+        raise CliError(f"{path} is not a Temporal history in JSON: {exc}") from None
+    first = history.events[0] if history.events else None
+    started = first.workflow_execution_started_event_attributes if first else None
+    if first is None or first.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        raise CliError(f"{path} is not a run's history: it does not begin with the run's start")
+    if started is None or not started.original_execution_run_id:
+        raise CliError(f"{path} is not a run's history: its start event names no run id")
+    return history
 
 
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:

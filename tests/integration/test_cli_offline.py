@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from capstan.client.runs import CapstanClient, RunNotFoundError
 from capstan.core.spec import RunSpec, TerminalReason
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
-from tests.integration.helpers import run_cli, running_worker
+from tests.integration.helpers import HISTORIES, run_cli, running_worker
 
 pytestmark = pytest.mark.server
 
@@ -165,3 +166,32 @@ async def test_a_follower_sees_each_event_once_as_a_run_grows(
     assert ids == list(range(1, len(ids) + 1))  # each event once, in order
     assert follower.requests <= 6  # one read, then at most one long poll per new event
     await client.cancel(run_id)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("{nope", "is not a Temporal history in JSON"),
+        ('{"events": []}', "is not a run's history: it does not begin with the run's start"),
+        ("headless", "is not a run's history: it does not begin with the run's start"),
+        ("no-run-id", "is not a run's history: its start event names no run id"),
+    ],
+)
+def test_replay_refuses_what_is_not_a_history_in_one_line(
+    settings: Settings, tmp_path: Path, content: str, problem: str
+) -> None:
+    """The SDK's replayer panics and never returns on a history without its start event: the
+    CLI checks first (`timeout` makes a hang fail this test rather than stall the suite)."""
+    stored = json.loads((HISTORIES / "wait_fresh.json").read_text())
+    if content == "headless":
+        stored["events"] = stored["events"][1:]
+        content = json.dumps(stored)
+    elif content == "no-run-id":
+        del stored["events"][0]["workflowExecutionStartedEventAttributes"]["originalExecutionRunId"]
+        content = json.dumps(stored)
+    path = tmp_path / "history.json"
+    path.write_text(content)
+    done = run_cli(settings, "replay", "--file", str(path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"capstan: {path} {problem}")
+    assert done.stderr.count("\n") == 1  # one line, no traceback
