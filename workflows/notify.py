@@ -50,8 +50,7 @@ def notify_opened(
 ) -> None:
     """Start a `notify_request` for each request of `requests` not in `announced` whose kind
     is in `kinds` (the catalog's `notify`: what the worker's hooks want; None, every kind)."""
-    fresh = newly_opened(run_id, requests.approvals, requests.questions, announced)
-    fresh = [f for f in fresh if kinds is None or f.kind in kinds]
+    fresh = newly_opened(run_id, requests.approvals, requests.questions, announced, kinds)
     if not fresh or not workflow.patched(NOTIFY_PATCH):
         return
     for item in fresh:

@@ -77,8 +77,11 @@ def newly_opened(
     approvals: Collection[ApprovalRequest],
     questions: Collection[Question],
     announced: Collection[str],
+    kinds: Collection[NotifyKind] | None = None,
 ) -> list[NotifyInput]:
-    """A notification for each open request whose id is not in `announced`, in order."""
+    """A notification for each open request whose id is not in `announced` and whose kind is
+    in `kinds` (the catalog's `notify`: what the worker's hooks want; None, every kind), in
+    order."""
     out = [
         NotifyInput(
             run_id=run_id,
@@ -99,4 +102,4 @@ def newly_opened(
         for q in questions
         if q.request_id not in announced
     ]
-    return out
+    return [item for item in out if kinds is None or item.kind in kinds]

@@ -157,3 +157,9 @@ def test_the_kinds_a_worker_notifies_are_what_its_hooks_want(tmp_path: Path) -> 
         hook.format("a", "a", '["question"]') + hook.format("b", "b", '["approval"]'),
     )
     assert load_webhooks(both).kinds() == ("approval", "question")
+
+
+def test_only_the_kinds_the_hooks_want_are_notified() -> None:
+    both = newly_opened("run-1", [approval()], [question()], set(), ("question",))
+    assert [item.kind for item in both] == ["question"]
+    assert newly_opened("run-1", [approval()], [question()], set(), ()) == []
