@@ -33,7 +33,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from capstan.activities.compaction import CompactionActivities
 from capstan.activities.model import ModelActivities
 from capstan.activities.notify import NotifyActivities
-from capstan.activities.tokens import count_tokens
+from capstan.activities.tokens import count_tokens, release_if_idle
 from capstan.activities.tool_runner import FinishGuard, ToolActivities
 from capstan.activities.tools.builtins import LOOP_TOOL_SPECS, builtin_tools
 from capstan.activities.tools.jail import Jail, JailUnavailable, SandboxSettings, probe_jail
@@ -48,7 +48,7 @@ from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
 from capstan.runtime.environment import validation_summary
 from capstan.runtime.health import Health, blob_check, serve_health, temporal_check
 from capstan.runtime.local_model import local_model_env
-from capstan.runtime.memory import tune_malloc
+from capstan.runtime.memory import release_when_idle, tune_malloc
 from capstan.runtime.sdk_shortcuts import install as install_sdk_shortcuts
 from capstan.runtime.telemetry import Instruments, configure_from_env, tracing_configured
 from capstan.runtime.temporal_connection import TemporalConnectError
@@ -343,10 +343,23 @@ async def _poll_until(
             }
         )
         log.info("worker polling task queue %r", settings.task_queue)
-        await stop.wait()
+        releasing = _release_idle_memory(settings.idle_release)
+        try:
+            await stop.wait()
+        finally:
+            if releasing is not None:
+                releasing.cancel()
         health.draining = True
         log.info("draining: no new tasks; running activities get %gs", settings.shutdown_grace)
     log.info("worker stopped")
+
+
+def _release_idle_memory(idle: float) -> asyncio.Task[None] | None:
+    """Give back what the worker has not used for `idle` seconds (`CAPSTAN_IDLE_RELEASE`; 0:
+    never): the token encoder, loaded again by the next count that needs it."""
+    if idle <= 0:
+        return None
+    return asyncio.create_task(release_when_idle([release_if_idle], idle))
 
 
 def _polling(worker: Worker) -> Callable[[], Awaitable[None]]:

@@ -1,11 +1,12 @@
 """Parked runs: many runs waiting for approval on one worker, and what they cost it.
 
 `runs` runs each take `steps_before` read-only steps (`--parked-steps`, default 0), then ask to
-run a tool that needs approval and wait; the worker process's resident
-memory is read before and after they park. Then a sample is approved one at a time and the time
-from the decision to the tool starting is measured. The floor: the same number of bare sandboxed
-workflows waiting for a signal on an SDK-only worker (`bench/bare_worker.py`), and signal ->
-activity on them.
+run a tool that needs approval and wait; the worker process's resident memory is read before
+and after they park, and again once the worker has been idle for `CAPSTAN_IDLE_RELEASE` (it
+gives back the token encoder: `capstan.runtime.memory`). Then a sample is approved one at a
+time and the time from the decision to the tool starting is measured. The floor: the same
+number of bare sandboxed workflows waiting for a signal on an SDK-only worker
+(`bench/bare_worker.py`), and signal -> activity on them.
 """
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from capstan.client.runs import CapstanClient
 from capstan.core.spec import RunSpec
 from capstan.core.steering import ApprovalRequest
 from capstan.runtime.config import Settings
+from capstan.runtime.memory import check_interval
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
 
 __all__ = ["parked"]
 
 MB = 1024 * 1024
+#: seconds from the last model call until the worker has given idle memory back, and a margin
+_IDLE_RELEASE = float(Settings.model_fields["idle_release"].default)
+IDLE_WAIT = _IDLE_RELEASE + check_interval(_IDLE_RELEASE) + 5
 
 
 def _script(steps_before: int) -> Callable[[int, list[dict[str, Any]]], Reply]:
@@ -90,6 +95,9 @@ async def _capstan(
             await until(lambda: len(fake.requests) >= (runs + 5) * (steps_before + 1) + 5, 600)
             requests = await _gather_limited([_parked(own, r) for r in ids])
             full = await _settled(worker.pid)
+            # a worker whose runs all wait for people is idle: what it holds after a while
+            await asyncio.sleep(IDLE_WAIT)
+            released = await _settled(worker.pid)
             # the oldest runs (evicted when the cache holds fewer than `runs`), then the newest
             # (the cache is least-recently-used: these are the ones it holds)
             latencies = await _approve_each(own, settings, requests, range(sample))
@@ -97,7 +105,13 @@ async def _capstan(
             cached = await _approve_each(own, settings, requests, newest)
         finally:
             stop(worker)
-    return {"idle_rss": idle, "parked_rss": full, "latencies": latencies, "cached": cached}
+    return {
+        "idle_rss": idle,
+        "parked_rss": full,
+        "released_rss": released,
+        "latencies": latencies,
+        "cached": cached,
+    }
 
 
 async def _approve_each(
@@ -186,6 +200,8 @@ def _report(found: dict[str, Any], runs: int) -> dict[str, Any]:
         "kb_per_parked_run": round((found["parked_rss"] - found["idle_rss"]) / runs / 1024, 1),
         "decision_to_activity_ms_p50": round(statistics.median(found["latencies"]) * 1000, 1),
     }
+    if "released_rss" in found:
+        report["parked_rss_after_idle_mb"] = round(found["released_rss"] / MB, 1)
     if found.get("cached"):
         p50 = statistics.median(found["cached"]) * 1000
         report["decision_to_activity_ms_p50_newest"] = round(p50, 1)
@@ -204,6 +220,12 @@ async def parked(
         "floor": floor,
         "capstan_rss_at_1000_runs_mb": round(
             capstan["idle_rss_mb"] + capstan["kb_per_parked_run"] * 1000 / 1024, 1
+        ),
+        # the same, once the worker has been idle (`IDLE_WAIT` seconds after the last call)
+        "capstan_rss_at_1000_runs_after_idle_mb": round(
+            capstan["parked_rss_after_idle_mb"]
+            + capstan["kb_per_parked_run"] * (1000 - runs) / 1024,
+            1,
         ),
         "approve_to_activity_ratio": round(
             capstan["decision_to_activity_ms_p50"] / floor["decision_to_activity_ms_p50"], 3

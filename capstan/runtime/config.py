@@ -94,6 +94,9 @@ class Settings(EnvSettings):
     # Runs a worker keeps in memory (Temporal's workflow cache). A cached run costs ~150 KB,
     # an evicted one ~6 KB and is replayed from its history when it next moves (~10 ms short).
     max_cached_runs: int = Field(128, validation_alias="CAPSTAN_MAX_CACHED_RUNS", ge=0)
+    # Seconds a worker keeps memory it is not using before giving it back (the token encoder's
+    # ~20 MB, capstan.runtime.memory.release_when_idle); 0 keeps it for the worker's life.
+    idle_release: float = Field(60.0, validation_alias="CAPSTAN_IDLE_RELEASE", ge=0)
     # How the workflow code runs (worker.workflow_runner): `off` in the worker's own process,
     # checked by the linters and by the test suite, which runs it `strict`ly (Temporal's
     # sandbox: workflow modules re-imported per run, clocks, randomness and IO refused).

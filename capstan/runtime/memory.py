@@ -1,4 +1,5 @@
-"""The worker process's allocator settings: fewer malloc arenas, large blocks handed back.
+"""The worker process's memory: fewer malloc arenas, large blocks handed back, and what an idle
+worker no longer needs given back to the system.
 
 glibc gives each thread that allocates its own arena (up to 8 per core) and raises its
 thresholds for keeping freed memory as large blocks come and go, so a worker whose Temporal core
@@ -8,15 +9,25 @@ and the parked ones 201 -> 183 MB with two arenas and fixed 128 KiB thresholds. 
 `MALLOC_ARENA_MAX=2 MALLOC_TRIM_THRESHOLD_=131072 MALLOC_MMAP_THRESHOLD_=131072`, set from
 inside so that every way of starting a worker gets it; a process started with any `MALLOC_*`
 variable keeps its own settings.
+
+Memory freed in the middle of an arena stays with the process until `malloc_trim` hands its
+pages back. `release_when_idle` calls the worker's releasers (the token encoder's ~20 MB of
+native tables, `capstan.activities.tokens`) and trims when one of them let go of something:
+measured on the parked-runs bench, 1,000 parked runs 167 -> 144 MB.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
-from collections.abc import Mapping
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["SETTINGS", "tune_malloc"]
+__all__ = ["SETTINGS", "check_interval", "release_when_idle", "trim", "tune_malloc"]
+
+log = logging.getLogger(__name__)
 
 # mallopt(3) parameters
 _M_TRIM_THRESHOLD = -1
@@ -32,12 +43,46 @@ def tune_malloc(env: Mapping[str, str]) -> bool:
     (nothing done) on another C library or when `env` sets any `MALLOC_*` variable."""
     if any(name.startswith("MALLOC_") for name in env):
         return False
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):
-        mallopt = None
+    mallopt = _libc_function("mallopt")
     if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
     return all(mallopt(param, value) == 1 for param, value in SETTINGS)
+
+
+def trim() -> bool:
+    """Hand the allocator's free pages back to the system (glibc's `malloc_trim(0)`); False on
+    another C library or when there was nothing to hand back."""
+    malloc_trim = _libc_function("malloc_trim")
+    if malloc_trim is None:
+        return False
+    malloc_trim.argtypes, malloc_trim.restype = (ctypes.c_size_t,), ctypes.c_int
+    return bool(malloc_trim(0))
+
+
+@functools.cache
+def _libc_function(name: str) -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    library = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(library), name) if library else None
+    except (OSError, AttributeError):
+        return None
+
+
+def check_interval(idle: float) -> float:
+    """How often to ask: a quarter of `idle` (memory goes back within 1.25 x `idle`), at least
+    every second."""
+    return max(idle / 4, 1.0)
+
+
+async def release_when_idle(
+    releasers: Sequence[Callable[[float], bool]], idle: float, *, every: float | None = None
+) -> None:
+    """Forever: every `every` seconds (`check_interval`), ask each releaser to let go of what it
+    has not used for `idle` seconds, and trim when one did. Cancel to stop."""
+    every = check_interval(idle) if every is None else every
+    while True:
+        await asyncio.sleep(every)
+        if any([release(idle) for release in releasers]):  # every releaser, not the first
+            await asyncio.to_thread(trim)
+            log.debug("gave idle memory back")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import platform
 import subprocess
 import sys
 
 import pytest
 
+from capstan.runtime import memory
 from capstan.runtime.memory import tune_malloc
 
 GLIBC = platform.libc_ver()[0] == "glibc"
@@ -58,3 +60,36 @@ print(rss() - before)
         for mode in ("default", "tuned")
     }
     assert grown["tuned"] < 8 * 1024 < grown["default"], grown  # KiB
+
+
+async def test_idle_memory_is_released_and_trimmed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every releaser is asked each round with the idle time; a trim follows only a round in
+    which one of them let go of something; cancelling stops the loop."""
+    trims: list[bool] = []
+    monkeypatch.setattr(memory, "trim", lambda: trims.append(True) or True)
+    asked: list[tuple[str, float]] = []
+    enough = asyncio.Event()
+    answers = iter([False, True, False, False, False, False, False, False])
+
+    def first(idle: float) -> bool:
+        asked.append(("first", idle))
+        return next(answers)
+
+    def second(idle: float) -> bool:
+        asked.append(("second", idle))
+        if len(asked) >= 8:
+            enough.set()
+        return False
+
+    task = asyncio.create_task(memory.release_when_idle([first, second], 30.0, every=0.01))
+    await asyncio.wait_for(enough.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert asked[:4] == [("first", 30.0), ("second", 30.0)] * 2  # both asked, even after a yes
+    assert len(trims) == 1
+
+
+def test_the_check_interval_follows_the_idle_time() -> None:
+    assert memory.check_interval(60.0) == 15.0
+    assert memory.check_interval(2.0) == 1.0  # not a busy loop for tiny idle times

@@ -5,6 +5,7 @@ Temporal's tracing interceptor only where spans can go."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,31 @@ def test_the_workflow_cache_size_is_a_setting(env: dict[str, str]) -> None:
     assert Settings.from_env({**env, "CAPSTAN_MAX_CACHED_RUNS": "0"}).max_cached_runs == 0
     with pytest.raises(ConfigError, match="CAPSTAN_MAX_CACHED_RUNS"):
         Settings.from_env({**env, "CAPSTAN_MAX_CACHED_RUNS": "-1"})
+
+
+def test_idle_memory_release_is_a_setting(env: dict[str, str]) -> None:
+    assert Settings.from_env(env).idle_release == 60.0
+    assert Settings.from_env({**env, "CAPSTAN_IDLE_RELEASE": "0"}).idle_release == 0.0
+    with pytest.raises(ConfigError, match="CAPSTAN_IDLE_RELEASE"):
+        Settings.from_env({**env, "CAPSTAN_IDLE_RELEASE": "soon"})
+
+
+async def test_a_polling_worker_releases_the_idle_encoder() -> None:
+    from capstan.activities import tokens
+    from capstan.worker import _release_idle_memory
+
+    assert _release_idle_memory(0) is None  # 0: kept for the worker's life
+    tokens.count_tokens("a text the encoder counts now")
+    task = _release_idle_memory(0.5)
+    assert task is not None
+    try:
+        for _ in range(100):  # checked every second: gone within a few
+            if not tokens.loaded():
+                break
+            await asyncio.sleep(0.05)
+        assert not tokens.loaded()
+    finally:
+        task.cancel()
 
 
 def test_tool_first_retry_comes_from_the_tuning() -> None:
