@@ -181,6 +181,7 @@ async def _floor(client: CapstanClient, base: Settings, runs: int, sample: int) 
         )
         await asyncio.sleep(3.0)  # each parks at its first workflow task
         full = await _settled(worker.pid)
+        await asyncio.sleep(IDLE_WAIT)  # decisions come after the same idle time as Capstan's
         latencies = []
         for name, handle in list(zip(names, handles, strict=True))[:sample]:
             started = time.monotonic()
