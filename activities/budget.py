@@ -24,10 +24,11 @@ class ResultBudget:
 
 
 def _cut_tokens(text: str, limit: int) -> str:
-    tokens = encoding().encode(text, disallowed_special=())
+    encoder = encoding()  # one encoder for both halves, even if an idle release comes between
+    tokens = encoder.encode(text, disallowed_special=())
     if len(tokens) <= limit:
         return text
-    return encoding().decode_bytes(tokens[:limit]).decode("utf-8", errors="ignore")
+    return encoder.decode_bytes(tokens[:limit]).decode("utf-8", errors="ignore")
 
 
 def apply_budget(
