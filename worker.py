@@ -49,6 +49,7 @@ from capstan.runtime.environment import validation_summary
 from capstan.runtime.health import Health, blob_check, serve_health, temporal_check
 from capstan.runtime.local_model import local_model_env
 from capstan.runtime.memory import release_when_idle, tune_malloc
+from capstan.runtime.run_cache import RunCache
 from capstan.runtime.sdk_shortcuts import install as install_sdk_shortcuts
 from capstan.runtime.telemetry import Instruments, configure_from_env, tracing_configured
 from capstan.runtime.temporal_connection import TemporalConnectError
@@ -113,12 +114,15 @@ def build_worker(
     *,
     extra_workflows: Sequence[type] = (),
     tracer_provider: TracerProvider | None = None,
+    run_cache: RunCache | None = None,
     **worker_options: object,
 ) -> Worker:
     """A worker with the agent workflow and every activity, dependencies injected.
 
     Tracing: Temporal's replay-safe interceptor plus model and tool spans, on `tracer_provider`
-    (default: the global one, which `configure_from_env` sets from `OTEL_*`).
+    (default: the global one, which `configure_from_env` sets from `OTEL_*`). With a
+    `run_cache`, every run the worker creates reports to it, and it can evict the worker's idle
+    runs (`capstan.runtime.run_cache`); call from the event loop that will run the worker.
     """
     telemetry = Instruments(tracer_provider)
     install_sdk_shortcuts()  # no payload walks for keyless runs: see capstan.runtime.sdk_shortcuts
@@ -157,7 +161,9 @@ def build_worker(
         # a cached run costs ~150 KB; an evicted one is replayed from history when it next
         # moves (~10 ms for a short history), so a run parked for a person costs ~6 KB here
         "max_cached_workflows": settings.max_cached_runs,  # CAPSTAN_MAX_CACHED_RUNS
-        "workflow_runner": workflow_runner(settings),
+        "workflow_runner": (
+            run_cache.runner(workflow_runner(settings)) if run_cache else workflow_runner(settings)
+        ),
         # streamed text rides on heartbeats: let them reach watchers within a second
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
         "interceptors": tracing_interceptors(telemetry, tracer_provider),
@@ -166,7 +172,7 @@ def build_worker(
         "plugins": [mcp.plugin()] if mcp is not None else [],
     }
     options.update(worker_options)
-    return Worker(
+    worker = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=[AgentWorkflow, *extra_workflows],
@@ -181,6 +187,9 @@ def build_worker(
         ],
         **options,  # type: ignore[arg-type]
     )
+    if run_cache is not None:
+        run_cache.attach(worker, client)
+    return worker
 
 
 def tracing_interceptors(
@@ -324,12 +333,21 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
             httpx.AsyncClient() as http,
         ):
             grace = timedelta(seconds=settings.shutdown_grace)
-            worker = build_worker(client, settings, http, env, graceful_shutdown_timeout=grace)
-            await _poll_until(stop, worker, client, settings, health)
+            runs = RunCache()
+            worker = build_worker(
+                client, settings, http, env, run_cache=runs, graceful_shutdown_timeout=grace
+            )
+            await _poll_until(stop, worker, client, settings, health, runs=runs)
 
 
 async def _poll_until(
-    stop: asyncio.Event, worker: Worker, client: Client, settings: Settings, health: Health
+    stop: asyncio.Event,
+    worker: Worker,
+    client: Client,
+    settings: Settings,
+    health: Health,
+    *,
+    runs: RunCache,
 ) -> None:
     """Poll until `stop`; then drain: not ready at once, no new tasks, and the activities
     already running get `CAPSTAN_SHUTDOWN_GRACE` seconds to finish and report before the
@@ -343,7 +361,7 @@ async def _poll_until(
             }
         )
         log.info("worker polling task queue %r", settings.task_queue)
-        releasing = _release_idle_memory(settings.idle_release)
+        releasing = _release_idle_memory(settings.idle_release, runs)
         try:
             await stop.wait()
         finally:
@@ -354,12 +372,13 @@ async def _poll_until(
     log.info("worker stopped")
 
 
-def _release_idle_memory(idle: float) -> asyncio.Task[None] | None:
+def _release_idle_memory(idle: float, runs: RunCache) -> asyncio.Task[None] | None:
     """Give back what the worker has not used for `idle` seconds (`CAPSTAN_IDLE_RELEASE`; 0:
-    never): the token encoder, loaded again by the next count that needs it."""
+    never): the token encoder, loaded again by the next count that needs it, and the cached
+    state of runs that have not moved, replayed from history when they next do."""
     if idle <= 0:
         return None
-    return asyncio.create_task(release_when_idle([release_if_idle], idle))
+    return asyncio.create_task(release_when_idle([release_if_idle, runs.release], idle))
 
 
 def _polling(worker: Worker) -> Callable[[], Awaitable[None]]:

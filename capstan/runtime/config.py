@@ -95,7 +95,8 @@ class Settings(EnvSettings):
     # an evicted one ~6 KB and is replayed from its history when it next moves (~10 ms short).
     max_cached_runs: int = Field(128, validation_alias="CAPSTAN_MAX_CACHED_RUNS", ge=0)
     # Seconds a worker keeps memory it is not using before giving it back (the token encoder's
-    # ~20 MB, capstan.runtime.memory.release_when_idle); 0 keeps it for the worker's life.
+    # ~20 MB, and runs that have not moved: capstan.runtime.memory.release_when_idle,
+    # capstan.runtime.run_cache); 0 keeps it for the worker's life.
     idle_release: float = Field(60.0, validation_alias="CAPSTAN_IDLE_RELEASE", ge=0)
     # How the workflow code runs (worker.workflow_runner): `off` in the worker's own process,
     # checked by the linters and by the test suite, which runs it `strict`ly (Temporal's

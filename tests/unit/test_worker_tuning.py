@@ -42,11 +42,12 @@ def test_idle_memory_release_is_a_setting(env: dict[str, str]) -> None:
 
 async def test_a_polling_worker_releases_the_idle_encoder() -> None:
     from capstan.activities import tokens
+    from capstan.runtime.run_cache import RunCache
     from capstan.worker import _release_idle_memory
 
-    assert _release_idle_memory(0) is None  # 0: kept for the worker's life
+    assert _release_idle_memory(0, RunCache()) is None  # 0: kept for the worker's life
     tokens.count_tokens("a text the encoder counts now")
-    task = _release_idle_memory(0.5)
+    task = _release_idle_memory(0.5, RunCache())
     assert task is not None
     try:
         for _ in range(100):  # checked every second: gone within a few
