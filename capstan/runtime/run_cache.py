@@ -110,10 +110,11 @@ class RunCache:
         the middle of an activation is left be); the runs asked."""
         now = self._clock()
         with self._lock:
+            skip = self._active | self._evicting
             stale = [
                 run_id
                 for run_id, moved in self._moved.items()
-                if now - moved >= idle and run_id not in self._active | self._evicting
+                if now - moved >= idle and run_id not in skip
             ]
             if self._evict is not None:
                 self._evicting.update(stale)
@@ -161,7 +162,10 @@ class RunCache:
             self._evicting.discard(run_id)
             self._left += 1
         if reason in _FOR_ROOM and self._loop is not None:
-            self._loop.call_soon_threadsafe(self._spawn_unstick, workflow_id, run_id)
+            try:
+                self._loop.call_soon_threadsafe(self._spawn_unstick, workflow_id, run_id)
+            except RuntimeError:  # the worker's loop is closed: nobody will wake the run here
+                log.debug("no loop to reset stickiness of %s", run_id)
 
     def _spawn_unstick(self, workflow_id: str, run_id: str) -> None:
         if self._unstick is None:

@@ -210,3 +210,14 @@ async def test_without_the_sdk_hook_nothing_is_evicted() -> None:
     assert cache.evict_idle(0.0) == []  # counts, evicts nothing, raises nothing
     assert not await cache.release(0.0)
     assert cache.cached() == 1
+
+
+def test_a_run_leaving_after_the_workers_loop_closed_still_leaves() -> None:
+    async def attach() -> tuple[RunCache, WorkflowRunner, _Bridge, _Service]:
+        return await _attached(_Clock())
+
+    cache, runner, _, service = asyncio.run(attach())  # its loop is closed on return
+    run = _create(runner, "r")
+    run.activate(_eviction("r", RemoveFromCache.CACHE_FULL))  # no RuntimeError from the loop
+    assert cache.cached() == 0
+    assert service.resets == []
