@@ -55,7 +55,7 @@ async def test_a_parked_run_leaves_the_cache_and_its_decision_comes_unstuck(
             # every run that is not mid-activation has been idle long enough
             assert await cache.release(0.0)
             assert cache.cached() == 0
-            await asyncio.sleep(0.5)  # the stickiness reset is an RPC of its own
+            await asyncio.sleep(1.0)  # the stickiness reset is an RPC of its own
         await client.decide(run_id, "approve", request.request_id, args_hash=request.args_hash)
         run = await live.finish(run_id)
         chain = await chain_events(live.client.client, run_id)
@@ -82,7 +82,7 @@ async def test_a_worker_process_lets_go_of_a_run_parked_past_its_idle_time(
             client = agent.client
             run_id = await client.start_run(spec)
             (request,) = (await wait_pending(client, run_id, timeout=60)).approvals
-            await asyncio.sleep(4.0)  # idle 1 s, swept every second, then the reset's RPC
+            await asyncio.sleep(6.0)  # idle 1 s, swept every second, then the reset RPC: margin
             await client.decide(run_id, "approve", request.request_id, args_hash=request.args_hash)
             result = await client.result(run_id)
         finally:
