@@ -79,10 +79,16 @@ async def pollers(agent: Agent) -> set[str]:
 
 
 async def steer(agent: Agent, run_id: str, approved: asyncio.Queue[str]) -> None:
-    """Send the run its message, then approve its tool call."""
-    await wait_pending(agent.client, run_id, timeout=120)
+    """Send the run its message, then approve its tool call.
+
+    The decision names the request seen (as an inbox does) rather than asking the run again: a
+    query can be answered by a worker from a task it had not completed when it was killed, and
+    until another worker takes that task over the run shows no open request. The request id
+    and hash are the same after the takeover (run, step and call), so the decision still binds.
+    """
+    (request,) = (await wait_pending(agent.client, run_id, timeout=120)).approvals
     await agent.client.send_message(run_id, f"note for {run_id}", message_id=f"m-{run_id}")
-    await agent.client.decide(run_id, "approve")
+    await agent.client.decide(run_id, "approve", request.request_id, args_hash=request.args_hash)
     approved.put_nowait(run_id)
 
 
