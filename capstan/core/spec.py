@@ -15,6 +15,7 @@ from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, Usage
 
 __all__ = [
+    "INTERNAL_FIELDS",
     "SANDBOX_TOOLS",
     "ActivityTuning",
     "Budgets",
@@ -233,6 +234,14 @@ class RunSpec(BaseModel):
     #: child may be: a run at `max_depth - 1` starts children that cannot delegate further
     depth: int = Field(default=0, ge=0)
     max_depth: int = Field(default=2, ge=0, le=8)
+
+
+#: Fields of `RunSpec` that Capstan itself sets (threads, delegation, tenancy): never part of a
+#: public request (the HTTP API's request schema leaves them out; a client that sends one is
+#: refused). Add a field here when it is written by Capstan rather than by a caller.
+INTERNAL_FIELDS: frozenset[str] = frozenset(
+    {"continues", "continues_tail", "continues_tokens", "delegates", "depth"}
+)
 
 
 class RunStatus(BaseModel):
