@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue
+from temporalio.converter import PayloadConverter
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -28,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from capstan.core.activity_io import RunToolInput
     from capstan.core.activity_table import ACTIVITIES, ActivityName
     from capstan.core.children import ChildEnded, Delegation
+    from capstan.core.content import preview_of
     from capstan.core.decision import model_description
     from capstan.core.effects import (
         ActivityEffect,
@@ -58,6 +61,8 @@ with workflow.unsafe.imports_passed_through():
         SteeringInput,
         SteeringPayload,
         by_signal,
+        decode_input,
+        describe_invalid,
     )
     from capstan.core.tooling import ToolFailed, ToolOutcome
     from capstan.core.workflow_io import (
@@ -82,7 +87,7 @@ from capstan.workflows.activity_options import heartbeat_timeout, retry_policy
 from capstan.workflows.children import Children
 from capstan.workflows.notify import announced_before, notify_opened
 
-__all__ = ["LIMITS_PATCH", "AgentWorkflow"]
+__all__ = ["LIMITS_PATCH", "AgentWorkflow", "input_of"]
 
 #: `workflow.patched` id: a run continues as new when its history nears Temporal's limits
 #: (`capstan.core.limits`), waiting or not. Runs recorded before it wait on as they did.
@@ -158,44 +163,38 @@ class AgentWorkflow:
             return self._ended(self._failed(bug))
 
     # Steering: one signal and one update over the registry's union ---------------------------
-
-    @workflow.signal(name=STEER)
-    def steer(self, item: SteeringInput) -> None:
-        """Every steering input (durable the moment the server accepts it, no worker needed)."""
-        self._signals += 1
-        self._steer(item)
-
-    @workflow.update(name=STEER)
-    def steer_checked(self, item: SteeringInput) -> Ack:
-        """The same inputs, validated first: a rejection writes nothing to history."""
-        self._updates += 1
-        return self._steer(item)
-
-    @steer_checked.validator
-    def _check_steer(self, item: SteeringInput) -> None:
-        self._validate(item)
+    #
+    # Both handlers are dynamic: they take every signal and update as raw payloads and decode
+    # them here (`input_of`), so any payload of any shape from any Temporal client (no
+    # argument, two, `null`, `{}`, a wrong `kind`, unknown fields) is either one valid input or a
+    # recorded diagnostic that changes nothing. A typed handler would let the SDK decode the
+    # payload: it drops what fails with only a log line, fails the workflow task on a wrong
+    # argument count, and (it strips `Annotated`) reads `{}` as the first union member that
+    # takes it, a pause.
 
     @workflow.signal(dynamic=True)
-    def legacy_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """The per-input signals from before `steer` (older clients, stored histories); any
-        other signal is noted in the diagnostics and changes nothing else."""
+    def steer(self, name: str, args: Sequence[RawValue]) -> None:
+        """Every steering input under `steer` (durable the moment the server accepts it, no
+        worker needed), and the per-input signals from before it (older clients, stored
+        histories); anything else is noted in the diagnostics and changes nothing else."""
         self._signals += 1
-        item, problem = _legacy_input(name, args)
+        item, problem = input_of(name, args)
         if item is None:
             self._fold(InputRefused(problem=problem))
             return
         self._steer(item)
 
     @workflow.update(dynamic=True)
-    def legacy_update(self, name: str, args: Sequence[RawValue]) -> Ack:
+    def steer_checked(self, name: str, args: Sequence[RawValue]) -> Ack:
+        """The same inputs, validated first: a rejection writes nothing to history."""
         self._updates += 1
-        item, _ = _legacy_input(name, args)
+        item, _ = input_of(name, args)
         assert item is not None  # the validator refused anything else
         return self._steer(item)
 
-    @legacy_update.validator
-    def _check_legacy_update(self, name: str, args: Sequence[RawValue]) -> None:
-        item, problem = _legacy_input(name, args)
+    @steer_checked.validator
+    def _check_steer(self, name: str, args: Sequence[RawValue]) -> None:
+        item, problem = input_of(name, args)
         if item is None:
             raise ValueError(problem)
         self._validate(item)
@@ -460,15 +459,25 @@ class AgentWorkflow:
         )
 
 
-def _legacy_input(name: str, args: Sequence[RawValue]) -> tuple[SteeringPayload | None, str]:
-    """Decode a per-input signal or update by its old name, or say why it is not one."""
-    kind = by_signal(name)
-    if kind is None or len(args) != 1:
-        return None, f"unknown signal {name!r} ignored"
+def input_of(
+    name: str, args: Sequence[RawValue], converter: PayloadConverter | None = None
+) -> tuple[SteeringPayload | None, str]:
+    """Decode a signal or update as one steering input (by `kind` under `steer`, by its name
+    under a per-input name from before it), or say in one line why it is not one. `converter`
+    defaults to the workflow's own (tests pass one outside a workflow)."""
+    kind = None if name == STEER else by_signal(name)
+    if name != STEER and kind is None:
+        return None, f"unknown {preview_of(name, 80)!r} ignored"
+    if len(args) != 1:
+        return None, f"malformed {name!r} ignored: {len(args)} arguments (one input expected)"
     try:
-        item = workflow.payload_converter().from_payload(args[0].payload, kind)
+        data = (converter or workflow.payload_converter()).from_payload(args[0].payload, Any)
     except Exception as exc:
-        return None, f"malformed {name!r} ignored: {type(exc).__name__}"
+        return None, f"malformed {name!r} ignored: not JSON ({type(exc).__name__})"
+    try:
+        item = decode_input(data) if kind is None else kind.model_validate(data)
+    except ValidationError as exc:
+        return None, f"malformed {name!r} ignored: {describe_invalid(exc)}"
     return item, ""
 
 

@@ -8,18 +8,43 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from capstan.core.spec import INTERNAL_FIELDS, RunSpec
+from capstan.core.strict import StrictModel
 
 __all__ = [
     "ApproveBody",
     "AuditCheck",
     "DenyBody",
+    "RunRequest",
     "StartedRun",
     "SteerResult",
     "Whoami",
+    "spec_of",
 ]
 
 InputId = Field("", max_length=200, description="input id: the same id twice is applied once")
+
+
+#: `POST /api/runs`: a `RunSpec` as a caller may write it. Derived from `RunSpec` (one place for
+#: each field) without the fields Capstan sets itself (`INTERNAL_FIELDS`: threads, delegation),
+#: which are then unknown fields like any misspelt one, refused with a "did you mean".
+RunRequest = create_model(
+    "RunRequest",
+    __base__=StrictModel,
+    __doc__="The spec of a new run: every field but `task` optional (see `RunSpec`).",
+    **{  # type: ignore[call-overload]
+        name: (field.annotation, field)
+        for name, field in RunSpec.model_fields.items()
+        if name not in INTERNAL_FIELDS
+    },
+)
+
+
+def spec_of(request: BaseModel) -> RunSpec:
+    """The `RunSpec` a `RunRequest` asks for; the fields it set stay the spec's set fields."""
+    return RunSpec.model_validate(request.model_dump(exclude_unset=True))
 
 
 class StartedRun(BaseModel):

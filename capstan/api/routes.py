@@ -16,7 +16,7 @@ from temporalio.service import RPCError
 from capstan.api.auth import Principal, Scope, require
 from capstan.api.backend import api_settings, tenancy, writer
 from capstan.api.errors import ERROR_RESPONSES, ApiError
-from capstan.api.models import AuditCheck, StartedRun, Whoami
+from capstan.api.models import AuditCheck, RunRequest, StartedRun, Whoami, spec_of
 from capstan.api.settings import ApiSettings
 from capstan.api.stream import run_stream
 from capstan.api.tenancy import RUN_ID_PATTERN, Tenancy
@@ -68,10 +68,13 @@ async def whoami(principal: Reader) -> Whoami:
 
 @router.post("/runs", response_model=StartedRun, status_code=201, tags=["runs"])
 async def start_run(
-    spec: RunSpec, runs: Runs, principal: Annotated[Principal, Depends(writer(Scope.STEER))]
+    request: RunRequest,
+    runs: Runs,
+    principal: Annotated[Principal, Depends(writer(Scope.STEER))],
 ) -> StartedRun:
     """Start a run (`capstan run --json`); it belongs to the token's tenant. With `agent`, the
     server's agent definition (`CAPSTAN_AGENTS`) is the spec and the body's fields override it."""
+    spec = spec_of(request)
     unattended = weakened(spec)
     if unattended and not principal.may(Scope.ADMIN):
         raise ApiError(
@@ -111,14 +114,14 @@ async def list_runs(
 
 
 @router.get("/runs/{run_id}", response_model=RunStatus, tags=["runs"])
-async def run_status(run_id: RunIdPath, principal: Reader, runs: Runs) -> RunStatus:
+async def get_run(run_id: RunIdPath, principal: Reader, runs: Runs) -> RunStatus:
     """Phase, step, terminal reason, output and usage (`capstan status --json`)."""
     await runs.owned(run_id, principal)
     return await runs.client.status(run_id)
 
 
 @router.get("/runs/{run_id}/transcript", response_model=list[StepView], tags=["runs"])
-async def transcript(run_id: RunIdPath, principal: Reader, runs: Runs) -> list[StepView]:
+async def get_transcript(run_id: RunIdPath, principal: Reader, runs: Runs) -> list[StepView]:
     """Every step with refs resolved (`capstan transcript --json`)."""
     await runs.owned(run_id, principal)
     view = await runs.client.transcript_view(run_id)
@@ -126,14 +129,14 @@ async def transcript(run_id: RunIdPath, principal: Reader, runs: Runs) -> list[S
 
 
 @router.get("/runs/{run_id}/pending", response_model=PendingView, tags=["steering"])
-async def run_pending(run_id: RunIdPath, principal: Reader, runs: Runs) -> PendingView:
+async def get_pending(run_id: RunIdPath, principal: Reader, runs: Runs) -> PendingView:
     """What the run waits for (`capstan pending RUN_ID --json`, one element)."""
     await runs.owned(run_id, principal)
     return await runs.client.pending(run_id)
 
 
 @router.get("/pending", response_model=list[PendingView], tags=["steering"])
-async def all_pending(principal: Reader, runs: Runs) -> list[PendingView]:
+async def list_pending(principal: Reader, runs: Runs) -> list[PendingView]:
     """What every running run of the tenant waits for (`capstan pending --json`)."""
     views = []
     for run_id in tree_roots([run.run_id for run in await runs.open_runs(principal)]):
@@ -148,7 +151,7 @@ async def all_pending(principal: Reader, runs: Runs) -> list[PendingView]:
     tags=["runs"],
     responses={200: {"description": "Server-Sent Events: run_event (with id), text, end"}},
 )
-async def events(
+async def watch_run(
     *,
     run_id: RunIdPath,
     principal: Reader,
@@ -175,7 +178,7 @@ async def events(
     tags=["audit"],
     responses={200: {"content": {t.split(";")[0]: {} for t in _AUDIT_TYPES.values()}}},
 )
-async def audit(
+async def get_audit(
     run_id: RunIdPath,
     principal: Reader,
     runs: Runs,
@@ -189,7 +192,7 @@ async def audit(
 
 
 @router.get("/runs/{run_id}/audit/verify", response_model=AuditCheck, tags=["audit"])
-async def audit_verify(run_id: RunIdPath, principal: Reader, runs: Runs) -> AuditCheck:
+async def verify_audit(run_id: RunIdPath, principal: Reader, runs: Runs) -> AuditCheck:
     """Every blob re-hashed, the chain of records checked (`capstan audit --verify`)."""
     await runs.owned(run_id, principal)
     histories = await load_histories(runs.client.client, run_id)

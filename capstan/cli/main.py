@@ -12,11 +12,13 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from capstan.cli.audit import register_audit
 from capstan.cli.codec import register_codec
 from capstan.cli.schedule import register_schedule
+from capstan.cli.schema import register_schema
 from capstan.cli.steering import register_steering
 from capstan.cli.support import (
     EXIT_ERROR,
@@ -236,15 +238,16 @@ async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="capstan", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
 
-    def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        p.set_defaults(fn=fn)
-        return p
+    try:
+        return version("capstan")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
+
+def _add_run(add: Callable[[str, Command, str], argparse.ArgumentParser]) -> None:
     p = add("run", cmd_run, "start an agent run and print its id (or wait for its result)")
     p.add_argument("task", nargs="?", default=None)
     p.add_argument("--agent", default=None, help="an agent defined in CAPSTAN_AGENTS")
@@ -262,6 +265,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait", action="store_true", help="wait and print the result")
     p.add_argument("--thread", default=None, help="continue this thread (or start it)")
     p.add_argument("--json", action="store_true")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="capstan", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"capstan {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    _add_run(add)
     for name, fn, text in (
         ("status", cmd_status, "phase, step, terminal reason, output and usage of a run"),
         ("transcript", cmd_transcript, "every step of a run with refs resolved"),
@@ -288,6 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_schedule(add)
     register_audit(add)
     register_codec(add)
+    register_schema(add)
     p = add("server", cmd_server, "run the embedded Temporal dev server (and its Web UI)")
     p.add_argument("--ui-port", type=int, default=None, help="Web UI port (default: port+1000)")
     p.add_argument("--no-ui", action="store_true", help="run without the Web UI")
@@ -324,12 +341,30 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_ERROR
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # the reader went away (`capstan pending | head -1`): what it wanted was printed
+        code = _reader_gone()
     except Exception as exc:
         print(f"capstan: {type(exc).__name__}: {exc}", file=sys.stderr)
         code = EXIT_ERROR
+    code = _flushed(code)
     # Leave without interpreter finalisation: the Temporal core runtime's native threads can
     # abort the process (SIGABRT) while Python tears down, turning a successful command into a
     # crash (seen here on short-lived commands). Everything worth keeping is flushed first.
-    sys.stdout.flush()
-    sys.stderr.flush()
     os._exit(code)
+
+
+def _reader_gone() -> int:
+    """Point stdout at /dev/null so nothing more is written to the closed pipe."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_OK
+
+
+def _flushed(code: int) -> int:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _reader_gone() if code == EXIT_OK else code
+    sys.stderr.flush()
+    return code

@@ -348,7 +348,9 @@ class CapstanClient:
         checked: bool = False,
     ) -> Ack | None:
         """Decide an approval request. Without `request_id` exactly one must be open; without
-        `args_hash` the hash is read from the `pending` query (what the reviewer is shown)."""
+        `args_hash` the hash is read from the `pending` query (what the reviewer is shown). A
+        given `args_hash` is always sent as given: the run refuses a decision for other
+        arguments than the ones waiting, whether or not the request was named."""
         if request_id is None or args_hash is None:
             open_requests = (await self.pending(run_id)).approvals
             if request_id is None:
@@ -359,7 +361,8 @@ class CapstanClient:
             match = next((r for r in open_requests if r.request_id == request_id), None)
             if match is None:
                 raise SteeringError(f"no open approval request {request_id!r} in {run_id}")
-            args_hash = match.args_hash
+            if args_hash is None:
+                args_hash = match.args_hash
         decision = Decision(
             request_id=request_id,
             args_hash=args_hash,

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, Usage
+from capstan.core.patterns import Pattern
+from capstan.core.strict import StrictModel
 
 __all__ = [
     "INTERNAL_FIELDS",
@@ -60,7 +62,7 @@ Phase = Literal["starting", "thinking", "acting", "finished"]
 ExpiryOutcome = Literal["deny", "cancel"]
 
 
-class ToolRule(BaseModel):
+class ToolRule(StrictModel):
     """Policy for one tool: `allow`, `ask` or `deny`, and argument patterns that are denied.
 
     Example: ``ToolRule(decision="ask", deny_arguments={"path": r"^secrets/"})``.
@@ -69,10 +71,11 @@ class ToolRule(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     decision: Literal["allow", "ask", "deny"] | None = None
-    deny_arguments: dict[str, str] = {}
+    #: field -> pattern (RE2: linear time; a pattern RE2 cannot compile is refused here)
+    deny_arguments: dict[str, Pattern] = {}
 
 
-class ActivityTuning(BaseModel):
+class ActivityTuning(StrictModel):
     """Timeouts and retries for the run's activities (seconds).
 
     A worker that dies mid-call is noticed after the heartbeat timeout, so it is short: model
@@ -95,7 +98,7 @@ class ActivityTuning(BaseModel):
     tool_initial_retry: float = Field(default=1.0, gt=0)
 
 
-class ContextPolicy(BaseModel):
+class ContextPolicy(StrictModel):
     """When the context window is managed, as fractions of the usable window (window minus the
     reply's reserve), and how much of a tool result the model sees.
 
@@ -117,7 +120,7 @@ class ContextPolicy(BaseModel):
     tool_result_max_bytes: int = Field(default=100_000, ge=256)
 
 
-class GuardPolicy(BaseModel):
+class GuardPolicy(StrictModel):
     """Circuit breaker thresholds, turn-quality and finish guards (see `capstan.core.guards`)."""
 
     model_config = ConfigDict(frozen=True)
@@ -141,7 +144,7 @@ class GuardPolicy(BaseModel):
     finalize_fraction: float = 0.1
 
 
-class Budgets(BaseModel):
+class Budgets(StrictModel):
     """Per-run limits. `None` means unlimited. On exhaustion the run ends `budget_exhausted`
     naming the budget, or, with `wait_for_grant`, waits for a `grant_budget` signal."""
 
@@ -159,7 +162,7 @@ class Budgets(BaseModel):
 SANDBOX_TOOLS = ("run_shell", "run_python")
 
 
-class SandboxLimits(BaseModel):
+class SandboxLimits(StrictModel):
     """Limits of one `run_shell` / `run_python` call, enforced by the kernel inside the jail.
 
     A call that reaches one is stopped and its observation names the limit. `processes` is
@@ -181,7 +184,7 @@ class SandboxLimits(BaseModel):
     retryable: bool = True
 
 
-class RunSpec(BaseModel):
+class RunSpec(StrictModel):
     """The input of one agent run.
 
     Example::

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from capstan.core.content import BlobRef, Text
 from capstan.core.limits import describe
+from capstan.core.strict import StrictModel, describe_invalid
 
 __all__ = [
     "STEER",
@@ -50,6 +51,7 @@ __all__ = [
     "Wire",
     "by_signal",
     "decode_input",
+    "describe_invalid",
     "text_fields",
 ]
 
@@ -80,8 +82,9 @@ class Wire:
         return f"{self.signal}_update"
 
 
-class SteeringBase(BaseModel):
-    """What every steering input has: a client-chosen id (applied once) and who sent it."""
+class SteeringBase(StrictModel):
+    """What every steering input has: a client-chosen id (applied once) and who sent it.
+    Unknown fields are refused (`StrictModel`): a misspelt field never changes what is sent."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -38,11 +38,12 @@ from tests.integration.test_api_helpers import (
     api_client,
     app_for,
     auth,
+    body_of,
 )
 
 
 def spec_json(agent: Agent, **fields: Any) -> dict[str, Any]:
-    return agent.spec(**fields).model_dump(mode="json", exclude_none=True)
+    return body_of(agent.spec(**fields))
 
 
 def write(path: str, content: str) -> tuple[str, dict[str, object]]:

@@ -4,9 +4,11 @@ without `admin` cannot smuggle an unattended policy in through a delegate's defi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from capstan.core.spec import RunSpec, TerminalReason, ToolRule
+from capstan.core.spec import RunSpec, TerminalReason
 from capstan.testing.fake_provider import call, say
 from tests.integration.scripted_agent import FAST, Agent
 from tests.integration.steer_helpers import wait_pending
@@ -16,17 +18,34 @@ from tests.integration.test_delegation import LEAD, WRITER, tree
 pytestmark = pytest.mark.server
 
 
-def lead_body(agent: Agent, writer: RunSpec | None = None) -> dict[str, object]:
-    writer = writer or RunSpec(
-        task="", system_prompt=WRITER, allowed_tools=("write_file",), tuning=FAST
-    )
-    spec = agent.spec(
-        "lead the work", system_prompt=LEAD, allowed_tools=(), delegates={"writer": writer}
-    )
-    return spec.model_dump(mode="json", exclude_none=True)
+AGENTS = """
+[lead]
+system_prompt = "{lead}"
+allowed_tools = []
+delegates = ["writer"]
+tuning = {{ model_initial_retry = 0.1, model_max_retry = 0.2, model_max_attempts = 3 }}
+
+[writer]
+system_prompt = "{writer}"
+allowed_tools = ["write_file"]
+tuning = {{ model_initial_retry = 0.1, model_max_retry = 0.2, model_max_attempts = 3 }}
+{policy}
+"""
 
 
-async def test_a_childs_request_is_decided_through_its_root(agent: Agent) -> None:
+def with_agents(agent: Agent, tmp_path: Path, policy: str = "") -> Agent:
+    """The server's agent definitions: a lead that delegates to a writer (`policy`: more of
+    the writer's definition)."""
+    path = tmp_path / "agents.toml"
+    path.write_text(AGENTS.format(lead=LEAD, writer=WRITER, policy=policy))
+    return agent.configure(agents_file=path)
+
+
+LEAD_BODY = {"task": "lead the work", "agent": "lead"}
+
+
+async def test_a_childs_request_is_decided_through_its_root(agent: Agent, tmp_path: Path) -> None:
+    agent = with_agents(agent, tmp_path)
     script = tree(
         lead=[
             say(call("delegate", agent="writer", task="write notes.txt")),
@@ -38,7 +57,7 @@ async def test_a_childs_request_is_decided_through_its_root(agent: Agent) -> Non
         ],
     )
     async with agent.serving(script) as live, api_client(app_for(live.client)) as http:
-        r = await http.post("/api/runs", json=lead_body(agent), headers=auth(ALICE))
+        r = await http.post("/api/runs", json=LEAD_BODY, headers=auth(ALICE))
         assert r.status_code == 201, r.text
         run_id = r.json()["run_id"]
         child_id = f"{run_id}/writer-1.0"
@@ -67,17 +86,24 @@ async def test_a_childs_request_is_decided_through_its_root(agent: Agent) -> Non
     assert (agent.settings.workspace_dir / "notes.txt").read_text() == "hello"
 
 
-async def test_an_unattended_delegate_needs_an_admin_token(agent: Agent) -> None:
-    allow = RunSpec(
-        task="",
-        system_prompt=WRITER,
-        tool_policy={"write_file": ToolRule(decision="allow")},
-        tuning=FAST,
-    )
+async def test_an_unattended_delegate_needs_an_admin_token(agent: Agent, tmp_path: Path) -> None:
+    agent = with_agents(agent, tmp_path, 'tool_policy = { write_file = { decision = "allow" } }')
     async with agent.serving([]) as live, api_client(app_for(live.client)) as http:
-        r = await http.post("/api/runs", json=lead_body(agent, allow), headers=auth(ALICE))
+        r = await http.post("/api/runs", json=LEAD_BODY, headers=auth(ALICE))
         assert r.status_code == 403, r.text
         assert "delegates.writer.tool_policy.write_file" in r.json()["error"]["message"]
-        r = await http.post("/api/runs", json=lead_body(agent, allow), headers=auth(ROOT))
+        r = await http.post("/api/runs", json=LEAD_BODY, headers=auth(ROOT))
         assert r.status_code == 201, r.text
         await live.client.cancel(r.json()["run_id"])
+
+
+async def test_a_body_never_carries_delegates(agent: Agent) -> None:
+    """Delegates come from the server's definitions: a body naming its own is refused, for
+    every caller (an internal field, unknown to the public request schema)."""
+    writer = RunSpec(task="", system_prompt=WRITER, tuning=FAST)
+    body = {"task": "lead", "delegates": {"writer": writer.model_dump(mode="json")}}
+    async with agent.serving([]) as live, api_client(app_for(live.client)) as http:
+        for token in (ALICE, ROOT):
+            r = await http.post("/api/runs", json=body, headers=auth(token))
+            assert r.status_code == 422, r.text
+            assert "unknown field 'delegates'" in r.text

@@ -18,6 +18,7 @@ from capstan.api.app import create_app
 from capstan.api.auth import Principal, Scope, TokenStore, digest
 from capstan.api.settings import ApiSettings
 from capstan.client.runs import CapstanClient
+from capstan.core.spec import INTERNAL_FIELDS, RunSpec
 from capstan.runtime.health import quiet_server
 from tests.conftest import free_port
 
@@ -63,6 +64,11 @@ TOKENS = TokenStore(
 
 def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
+
+
+def body_of(spec: RunSpec) -> dict[str, Any]:
+    """A spec as a `POST /api/runs` body: what a caller may write (no internal fields)."""
+    return spec.model_dump(mode="json", exclude_none=True, exclude=set(INTERNAL_FIELDS))
 
 
 def app_for(client: CapstanClient, **api: Any) -> FastAPI:

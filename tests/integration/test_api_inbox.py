@@ -19,7 +19,7 @@ from capstan.core.spec import TerminalReason
 from capstan.testing.fake_provider import call, say
 from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_pending
-from tests.integration.test_api_helpers import ALICE, ROOT, app_for, auth, served
+from tests.integration.test_api_helpers import ALICE, ROOT, app_for, auth, body_of, served
 
 playwright = pytest.importorskip("playwright.async_api")
 
@@ -69,7 +69,7 @@ async def test_review_a_write_in_the_browser(agent: Agent, workspace: Path, tmp_
         playwright.async_playwright() as pw,
     ):
         async with httpx.AsyncClient(base_url=base) as http:
-            body = agent.spec("Update the weekly notes").model_dump(mode="json", exclude_none=True)
+            body = body_of(agent.spec("Update the weekly notes"))
             r = await http.post("/api/runs", json=body, headers=auth(ALICE))
             run_id = r.json()["run_id"]
         await wait_pending(live.client, run_id)

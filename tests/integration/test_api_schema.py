@@ -26,7 +26,7 @@ from capstan.client.runs import CapstanClient
 from capstan.testing.fake_provider import call, say
 from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_pending
-from tests.integration.test_api_helpers import ROOT, app_for, auth, served
+from tests.integration.test_api_helpers import ROOT, app_for, auth, body_of, served
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -87,7 +87,7 @@ async def test_schemathesis_finds_nothing(agent: Agent, monkeypatch: pytest.Monk
         app = app_for(idle, writes_per_minute=1_000_000)
         async with served(app) as base:
             async with httpx.AsyncClient(base_url=base) as http:
-                body = agent.spec().model_dump(mode="json", exclude_none=True)
+                body = body_of(agent.spec())
                 r = await http.post("/api/runs", json=body, headers=auth(ROOT))
                 acme = r.json()["run_id"]
             failures = await asyncio.to_thread(fuzz, base, acme, 40)

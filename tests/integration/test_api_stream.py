@@ -22,6 +22,7 @@ from tests.integration.test_api_helpers import (
     SseEvent,
     app_for,
     auth,
+    body_of,
     read_sse,
     served,
 )
@@ -76,7 +77,7 @@ async def test_resume_across_continue_as_new_and_a_worker_restart(agent: Agent) 
             served(app_for(live.client)) as base,
             httpx.AsyncClient(base_url=base, timeout=60) as http,
         ):
-            body = agent.spec(continue_as_new_every=2).model_dump(mode="json", exclude_none=True)
+            body = body_of(agent.spec(continue_as_new_every=2))
             r = await http.post("/api/runs", json=body, headers=auth(ALICE))
             run_id = r.json()["run_id"]
             url = f"/api/runs/{run_id}/events"
@@ -128,7 +129,7 @@ async def test_from_an_offset_and_after_the_end(agent: Agent) -> None:
     last event gets only the end."""
     async with agent.serving([say(call("list_dir")), say(call("finish", answer="ok"))]) as live:
         async with served(app_for(live.client)) as base, httpx.AsyncClient(base_url=base) as http:
-            body = agent.spec().model_dump(mode="json", exclude_none=True)
+            body = body_of(agent.spec())
             run_id = (await http.post("/api/runs", json=body, headers=auth(ALICE))).json()["run_id"]
             await live.client.result(run_id)
             url = f"/api/runs/{run_id}/events"

@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History, HistoryEvent
 from temporalio.client import WorkflowHistory
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from capstan.audit.events import derive_events
@@ -35,7 +36,7 @@ from capstan.core.steering import (
     by_signal,
     decode_input,
 )
-from capstan.workflows.agent import AgentWorkflow
+from capstan.workflows.agent import AgentWorkflow, input_of
 
 #: One valid example of every input type; the test below fails when a type has none.
 EXAMPLES: dict[type[SteeringBase], SteeringBase] = {
@@ -70,14 +71,39 @@ def test_every_type_round_trips_through_the_union(kind: type[SteeringBase]) -> N
 
 
 def test_the_workflow_takes_every_type_on_one_signal_and_one_update() -> None:
+    """Both handlers are dynamic (raw payloads, decoded by `input_of`): the SDK never decodes a
+    steering payload itself, so no shape it cannot decode is dropped or misread."""
     defn = workflow._Definition.from_class(AgentWorkflow)
     assert defn is not None
-    assert STEER in defn.signals and None in defn.signals  # None: the per-input legacy names
-    assert STEER in defn.updates and None in defn.updates
-    hints = typing.get_type_hints(AgentWorkflow.steer, include_extras=True)
-    assert hints["item"] == SteeringInput
+    assert set(defn.signals) == {None} and set(defn.updates) == {None}
     (union, *_) = typing.get_args(SteeringInput)
     assert set(typing.get_args(union)) == set(STEERING_TYPES)
+    converter = pydantic_data_converter.payload_converter
+    for kind in STEERING_TYPES:
+        item = example(kind)
+        for name in (STEER, kind.wire.signal, kind.wire.legacy_update):
+            raw = [RawValue(p) for p in converter.to_payloads([item])]
+            assert input_of(name, raw, converter) == (item, "")
+
+
+@pytest.mark.parametrize(
+    ("name", "payloads", "problem"),
+    [
+        (STEER, [], "0 arguments"),
+        (STEER, [{}, {}], "2 arguments"),
+        (STEER, [{}], "needs a 'kind' field"),
+        (STEER, [{"kind": "pause", "foo": 1}], "unknown field 'foo'"),
+        (STEER, [None], "valid dictionary"),
+        ("pause", [{"reasn": "x"}], "did you mean 'reason'"),
+        ("launch_missiles", [{}], "unknown 'launch_missiles' ignored"),
+    ],
+)
+def test_malformed_inputs_are_described(name: str, payloads: list[object], problem: str) -> None:
+    converter = pydantic_data_converter.payload_converter
+    raw = [RawValue(p) for p in converter.to_payloads(payloads)] if payloads else []
+    item, said = input_of(name, raw, converter)
+    assert item is None and problem in said, said
+    assert "\n" not in said and len(said) < 400
 
 
 def _signal_event(event_id: int, name: str, item: SteeringBase) -> HistoryEvent:

@@ -1,0 +1,68 @@
+"""Models that refuse what they do not know, and validation errors said in one line.
+
+Every model a caller writes (a `RunSpec` and its parts, a steering input) derives from
+`StrictModel`: an unknown field is an error naming the field and the nearest known one
+("did you mean"), from every entry point alike — Python, the HTTP API, the CLI, a raw Temporal
+signal. A silently dropped field is the worst kind of mistake: `max_step=3` would run 25 steps.
+
+`describe_invalid` turns a pydantic `ValidationError` into the short line a diagnostic, an API
+error or a CLI message shows (never a multi-line dump, never the whole input). Pure.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+__all__ = ["StrictModel", "describe_invalid", "unknown_fields_problem"]
+
+#: A one-line description keeps this many errors and characters.
+_MAX_ERRORS = 3
+_MAX_CHARS = 300
+
+
+def unknown_fields_problem(unknown: Iterable[str], known: Iterable[str]) -> str:
+    """`unknown field 'max_step' (did you mean 'max_steps'?)`, for each unknown name."""
+    choices = sorted(known)
+    parts = []
+    for name in unknown:
+        shown = name if len(name) <= 60 else name[:59] + "…"
+        close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        parts.append(f"unknown field {shown!r}{hint}")
+    return "; ".join(parts[:_MAX_ERRORS])
+
+
+class StrictModel(BaseModel):
+    """A model whose unknown fields are refused with a suggestion (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = set(cls.model_fields)
+            unknown = [str(k) for k in data if k not in known]
+            if unknown:
+                raise ValueError(unknown_fields_problem(unknown, known))
+        return data
+
+
+def describe_invalid(exc: ValidationError) -> str:
+    """The first few errors of `exc` as `where: what`, in one bounded line."""
+    parts = []
+    for error in exc.errors(include_url=False, include_input=False)[:_MAX_ERRORS]:
+        where = ".".join(str(p) for p in error.get("loc", ()))
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        if error.get("type") == "union_tag_not_found":
+            field = (error.get("ctx") or {}).get("discriminator", "kind")
+            message = f"needs a {field} field naming what it is"
+        parts.append(f"{where}: {message}" if where else message)
+    more = exc.error_count() - len(parts)
+    line = "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+    line = " ".join(line.split())
+    return line if len(line) <= _MAX_CHARS else line[: _MAX_CHARS - 1] + "…"
