@@ -23,7 +23,9 @@ async def test_unknown_and_internal_fields_are_refused(agent: Agent) -> None:
         assert r.status_code == 422 and "did you mean 'max_tool_calls'" in r.text, r.text
         for name in sorted(INTERNAL_FIELDS):
             for token in (ALICE, ROOT):
-                r = await http.post("/api/runs", json={"task": "x", name: None}, headers=auth(token))
+                r = await http.post(
+                    "/api/runs", json={"task": "x", name: None}, headers=auth(token)
+                )
                 assert r.status_code == 422, (name, r.text)
                 assert f"unknown field {name!r}" in r.text
         document = (await http.get("/openapi.json")).json()
