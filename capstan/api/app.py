@@ -18,6 +18,7 @@ from fastapi.openapi.utils import get_openapi
 from capstan.api import pages, routes, steer_routes, thread_routes
 from capstan.api.auth import TokenStore, load_tokens
 from capstan.api.backend import Backend, WriteLimiter
+from capstan.api.document import operation_id, shape_document
 from capstan.api.errors import BodyLimit, install_error_handlers
 from capstan.api.settings import ApiSettings
 from capstan.client.runs import CapstanClient
@@ -41,6 +42,7 @@ def create_app(
         openapi_url="/openapi.json",
         docs_url=None,  # the bundled docs pages fetch scripts from a CDN: not served
         redoc_url=None,
+        generate_unique_id_function=operation_id,  # `start_run` -> `startRun`
     )
     app.state.api = api
     app.state.tokens = tokens if tokens is not None else load_tokens(api)
@@ -72,5 +74,5 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
                         (c["schema"] for c in content.values() if "schema" in c), {}
                     )
                     response["content"] = {"application/json": {"schema": schema}}
-        app.openapi_schema = doc
+        app.openapi_schema = shape_document(doc)
     return app.openapi_schema

@@ -150,7 +150,7 @@ def _register_inputs() -> None:
             _input_route(kind),
             methods=["POST"],
             response_model=SteerResult,
-            name=f"steer_{command.replace('-', '_')}",
+            name=command.replace("-", "_"),  # the operation id: `grant-budget` -> grantBudget
             summary=kind.wire.help,
             description=f"`capstan {command}`: sends `{kind.__name__}`; event `{kind.wire.event}`.",
         )

@@ -58,7 +58,7 @@ async def _owned(runs: Tenancy, thread: str, principal: Principal) -> str | None
 
 
 @router.post("/threads/{thread}/messages", response_model=Sent)
-async def send(
+async def send_to_thread(
     thread: ThreadPath,
     body: ThreadMessage,
     runs: Runs,
@@ -92,7 +92,7 @@ async def send(
 
 
 @router.get("/threads/{thread}", response_model=list[ThreadRun])
-async def runs_of(
+async def list_thread_runs(
     thread: ThreadPath, runs: Runs, principal: Annotated[Principal, Depends(require(Scope.READ))]
 ) -> list[ThreadRun]:
     """`capstan thread show THREAD --json`: its runs, oldest first."""

@@ -1,0 +1,261 @@
+"""Clients generated from the OpenAPI document, as an outside project generates them.
+
+The document is read from a real `capstan serve` (a subprocess on the session's dev server).
+`openapi-typescript` (npm, default flags) writes types that a strict `tsc` must accept for what
+a TypeScript caller writes (a run started with only `task`, every answer field present);
+`openapi-python-client` (PyPI, the dev extra) writes a package that starts a run, sees its
+approval request, approves it and reads the result, against an in-process worker whose model is
+the fake provider.
+
+The npm tools are installed, pinned, into `.capstan/npm-tools` the first time (npm registry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import httpx
+import pytest
+
+from capstan.runtime.config import Settings
+from capstan.testing.fake_provider import call, say
+from tests.conftest import free_port
+from tests.integration.helpers import ROOT
+from tests.integration.scripted_agent import Agent
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+#: the generators and the compiler, pinned; bump them here on purpose
+NPM_TOOLS = {"openapi-typescript": "7.13.0", "typescript": "5.9.3"}
+NPM_DIR = ROOT / ".capstan" / "npm-tools"
+TOKEN = "generated-client-token-0123456789"
+BIN = Path(sys.executable).parent
+
+USAGE_TS = """\
+// What a TypeScript caller of the API writes, compiled against the generated types.
+import type { components, operations } from "./api";
+
+type Json<T> = T extends { content: { "application/json": infer B } } ? B : never;
+type Body<K extends keyof operations> = Json<NonNullable<operations[K]["requestBody"]>>;
+type Answer<K extends keyof operations, S extends keyof operations[K]["responses"]> = Json<
+  operations[K]["responses"][S]
+>;
+type Output = string | components["schemas"]["BlobRef"] | null;
+
+// a request names only what it wants: every field with a server default is optional
+export const start: Body<"startRun"> = { task: "write a.txt" };
+export const tuned: Body<"startRun"> = { task: "write a.txt", max_steps: 3, agent: "reviewer" };
+// @ts-expect-error unknown fields are refused, misspelt ones too
+export const misspelt: Body<"startRun"> = { task: "x", max_step: 3 };
+// @ts-expect-error the fields Capstan sets itself are not part of the request
+export const internal: Body<"startRun"> = { task: "x", depth: 2 };
+export const approval: Body<"approve"> = {};
+export const denial: Body<"deny"> = { reason: "not that file" };
+export const pause: Body<"pause"> = {};
+export const budget: Body<"grantBudget"> = { budget: "input_tokens", amount: 1000 };
+
+// an answer always carries every field (null where there is nothing)
+export const runId = (started: Answer<"startRun", 201>): string => started.run_id;
+export const output = (status: Answer<"getRun", 200>): Output => status.output;
+export const reason = (
+  status: Answer<"getRun", 200>,
+): components["schemas"]["TerminalReason"] | null => status.terminal_reason;
+export const firstHash = (pending: Answer<"getPending", 200>): string | undefined =>
+  pending.approvals[0]?.args_hash;
+export const applied = (result: Answer<"approve", 200>): boolean | null => result.applied;
+export const listed = (runs: Answer<"listRuns", 200>): string[] => runs.map((r) => r.status);
+"""
+
+TSCONFIG = {
+    "compilerOptions": {
+        "strict": True,
+        "noEmit": True,
+        "noUncheckedIndexedAccess": True,
+        "target": "es2022",
+        "module": "esnext",
+        "moduleResolution": "bundler",
+    },
+    "files": ["usage.ts"],
+}
+
+
+def npm_bin(name: str) -> Path:
+    """A pinned npm tool, installed into `.capstan/npm-tools` when it is not there yet."""
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed (apt-get install npm; `make test` does as root)")
+    manifest = {"name": "capstan-test-tools", "private": True, "dependencies": NPM_TOOLS}
+    target = NPM_DIR / "node_modules" / ".bin" / name
+    package = NPM_DIR / "package.json"
+    wanted = json.dumps(manifest, indent=2)
+    if not target.exists() or not package.exists() or package.read_text() != wanted:
+        NPM_DIR.mkdir(parents=True, exist_ok=True)
+        package.write_text(wanted)
+        subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=NPM_DIR,
+            check=True,
+            timeout=300,
+        )
+    return target
+
+
+def run(*args: str | Path, cwd: Path) -> str:
+    done = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
+    assert done.returncode == 0, f"{args[0]}: {done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture
+def capstan_serve(settings: Settings, tmp_path: Path) -> Iterator[str]:
+    """`capstan serve` on the test's server, queue and data dir; its base URL. The document
+    it serves is written to `openapi.json` in the test's directory."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "TEMPORAL_ADDRESS": settings.address,
+        "CAPSTAN_TASK_QUEUE": settings.task_queue,
+        "CAPSTAN_DATA_DIR": str(settings.data_dir),
+        "CAPSTAN_API_PORT": str(port),
+        "CAPSTAN_API_TOKEN": TOKEN,
+    }
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "capstan", "serve"],
+            env=env,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            if process.poll() is not None:
+                raise RuntimeError(f"capstan serve exited: {log.read_text()[-2000:]}")
+            try:
+                answer = httpx.get(f"{base}/openapi.json", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"capstan serve never answered: {log.read_text()[-2000:]}")
+        (tmp_path / "openapi.json").write_text(answer.text)  # the document, as served
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def generate_python(document: Path, into: Path) -> ModuleType:
+    """The package openapi-python-client writes, imported (as `capstan_api_client`)."""
+    package = into / "capstan_api_client"
+    run(
+        BIN / "openapi-python-client",
+        "generate",
+        "--path",
+        document,
+        "--output-path",
+        package,
+        "--meta",
+        "none",
+        cwd=into,
+    )
+    sys.path.insert(0, str(into))
+    try:
+        return importlib.import_module("capstan_api_client")
+    finally:
+        sys.path.remove(str(into))
+
+
+def test_typescript_client_compiles(capstan_serve: str, tmp_path: Path) -> None:
+    """openapi-typescript with default flags, then strict tsc on what a caller writes: fails
+    when a defaulted request field is required, an answer field optional, an id missing."""
+    generator, tsc = npm_bin("openapi-typescript"), npm_bin("tsc")
+    document = tmp_path / "openapi.json"
+    run(generator, document, "-o", tmp_path / "api.d.ts", cwd=tmp_path)
+    (tmp_path / "usage.ts").write_text(USAGE_TS)
+    (tmp_path / "tsconfig.json").write_text(json.dumps(TSCONFIG))
+    run(tsc, "-p", tmp_path / "tsconfig.json", cwd=tmp_path)
+
+
+async def poll(get: Any, ready: Any, timeout: float = 60.0) -> Any:
+    """`await get()` until `ready(value)`."""
+    async with asyncio.timeout(timeout):
+        while True:
+            value = await get()
+            if ready(value):
+                return value
+            await asyncio.sleep(0.1)
+
+
+async def test_python_client_drives_a_run(
+    agent: Agent, workspace: Path, capstan_serve: str, tmp_path: Path
+) -> None:
+    """Start a run, wait for its approval request, approve it, read the result: through the
+    generated package only, over a real socket."""
+    document = tmp_path / "openapi.json"
+    client_pkg = generate_python(document, tmp_path)
+    api = importlib.import_module("capstan_api_client.api")
+    runs = importlib.import_module("capstan_api_client.api.runs")
+    steering = importlib.import_module("capstan_api_client.api.steering")
+    models = importlib.import_module("capstan_api_client.models")
+    for name in ("start_run", "get_run", "list_runs"):
+        importlib.import_module(f"{runs.__name__}.{name}")
+    for name in ("get_pending", "approve", "deny", "pause"):
+        importlib.import_module(f"{steering.__name__}.{name}")
+    assert api is not None
+    # a body sends what the caller set, nothing more: a default sent back would override an
+    # agent definition's value (`agent` + the body's fields)
+    assert models.RunRequest(task="write it").to_dict() == {"task": "write it"}
+
+    client = client_pkg.AuthenticatedClient(base_url=capstan_serve, token=TOKEN)
+    script = [
+        say(call("write_file", path="a.txt", content="from a generated client")),
+        say(call("finish", answer="done")),
+    ]
+    async with agent.serving(script), client:
+        body = models.RunRequest(task="write a.txt", max_steps=5)
+        started = await runs.start_run.asyncio(client=client, body=body)
+        assert isinstance(started, models.StartedRun), started
+        run_id = started.run_id
+
+        async def pending() -> Any:
+            return await steering.get_pending.asyncio(run_id, client=client)
+
+        view = await poll(pending, lambda p: isinstance(p, models.PendingView) and p.approvals)
+        (request,) = view.approvals
+        assert request.tool == "write_file"
+        decision = models.ApproveBody(request_id=request.request_id, args_hash=request.args_hash)
+        result = await steering.approve.asyncio(run_id, client=client, body=decision)
+        assert isinstance(result, models.SteerResult), result
+        assert result.applied is True
+
+        async def status() -> Any:
+            return await runs.get_run.asyncio(run_id, client=client)
+
+        final = await poll(status, lambda s: s.terminal_reason is not None)
+        listed = await runs.list_runs.asyncio(client=client)
+    assert final.terminal_reason == models.TerminalReason.COMPLETED
+    assert final.output == "done" and final.error is None
+    assert (workspace / "a.txt").read_text() == "from a generated client"
+    assert [r.run_id for r in listed or []] == [run_id]
