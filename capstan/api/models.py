@@ -48,9 +48,11 @@ def spec_of(request: BaseModel) -> RunSpec:
 
 
 class StartedRun(BaseModel):
-    """`capstan run --json`."""
+    """`capstan run --json`; `warnings` says what the caller would otherwise not see (no
+    worker polls the run's queue: the run is stored and waits for one)."""
 
     run_id: str
+    warnings: list[str] = []
 
 
 class SteerResult(BaseModel):

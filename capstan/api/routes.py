@@ -26,10 +26,11 @@ from capstan.audit.trail import build_trail, verify_chain
 from capstan.client.agents import AgentsError, resolve_agent
 from capstan.client.runs import CapstanError, RunSummary, tree_roots
 from capstan.client.transcript import StepView, build_transcript
+from capstan.core import privilege
 from capstan.core.spec import RunSpec, RunStatus, TerminalReason
 from capstan.core.steering import PendingView
 
-__all__ = ["RunIdPath", "from_agent", "router", "weakened"]
+__all__ = ["RunIdPath", "admitted", "from_agent", "router"]
 
 RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN, max_length=200)]
 Reader = Annotated[Principal, Depends(require(Scope.READ))]
@@ -48,15 +49,14 @@ class EventStreamResponse(StreamingResponse):
     media_type = "text/event-stream"
 
 
-def weakened(spec: RunSpec) -> list[str]:
-    """The parts of a spec that let tools run without a human: they need `admin`."""
-    found = [name for name in ("auto_approve", "waive_rule_of_two") if getattr(spec, name)]
-    found += [
-        f"tool_policy.{tool}" for tool, rule in spec.tool_policy.items() if rule.decision == "allow"
-    ]
-    for name, child in spec.delegates.items():  # a child runs what its definition allows
-        found += [f"delegates.{name}.{part}" for part in weakened(child)]
-    return found
+def admitted(spec: RunSpec, principal: Principal, *, inherited: bool = False) -> RunSpec:
+    """The final spec of a run the principal starts, through `capstan.core.privilege.admit`:
+    refused (403) when it asks for what the token's scopes do not allow, narrowed to them when
+    `inherited` (a thread's previous run). Every route that starts a run calls it."""
+    try:
+        return privilege.admit(spec, principal.scopes, inherited=inherited)
+    except privilege.PrivilegeError as exc:
+        raise ApiError(403, "forbidden", str(exc)) from None
 
 
 @router.get("/whoami", response_model=Whoami, tags=["auth"])
@@ -75,11 +75,6 @@ async def start_run(
     """Start a run (`capstan run --json`); it belongs to the token's tenant. With `agent`, the
     server's agent definition (`CAPSTAN_AGENTS`) is the spec and the body's fields override it."""
     spec = spec_of(request)
-    unattended = weakened(spec)
-    if unattended and not principal.may(Scope.ADMIN):
-        raise ApiError(
-            403, "forbidden", f"only an admin token may start a run with {', '.join(unattended)}"
-        )
     # a thread run needs signal-with-start and tenant checks; a body never points at a chain
     # (another tenant's) nor forges the messages a run starts with
     for name in ("thread", "continues", "continues_tail", "continues_tokens"):
@@ -88,7 +83,10 @@ async def start_run(
             raise ApiError(422, "invalid", message, field=f"body.{name}")
     if spec.agent is not None:
         spec = from_agent(spec, runs.client.settings.agents_file)
-    return StartedRun(run_id=await runs.start(spec, principal))
+    spec = admitted(spec, principal)  # the final spec: an agent's definition included
+    run_id = await runs.start(spec, principal)
+    warning = await runs.client.no_worker_warning(run_id)
+    return StartedRun(run_id=run_id, warnings=[warning] if warning else [])
 
 
 def from_agent(body: RunSpec, agents_file: FilePath | None) -> RunSpec:

@@ -31,6 +31,7 @@ from capstan.cli.support import (
 from capstan.cli.support import client_for as _client
 from capstan.cli.support import print_json as _print_json
 from capstan.cli.thread import register_thread, start_thread_run
+from capstan.cli.waiting import announce_waits
 from capstan.cli.watching import cmd_watch
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.transcript import build_transcript
@@ -92,18 +93,17 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     run_id = await (start_thread_run(client, thread, spec) if thread else client.start_run(spec))
     if link := _ui_link(settings, run_id):
         print(f"web UI: {link}", file=sys.stderr)
-    polled = await client.workers_polling()
-    if not polled:
-        print(
-            f"capstan: no worker is polling task queue {settings.task_queue!r}; the run is "
-            "stored and starts when one does (`capstan worker`)",
-            file=sys.stderr,
-        )
+    if thread and (warning := await client.no_worker_warning(run_id)) is not None:
+        print(f"capstan: {warning}", file=sys.stderr)  # (start_run logs it itself)
     if not args.wait:
         _print_json({"run_id": run_id}) if args.json else print(run_id)
         return EXIT_OK
     print(f"run {run_id} started; waiting for its result", file=sys.stderr, flush=True)
-    result = await client.result(run_id)
+    announcing = asyncio.ensure_future(announce_waits(client, run_id))
+    try:
+        result = await client.result(run_id)
+    finally:
+        announcing.cancel()
     if args.json:
         _print_json(result.model_dump(mode="json"))
     else:
@@ -185,10 +185,22 @@ async def cmd_server(args: argparse.Namespace, settings: Settings) -> int:
                 print(
                     f"Temporal Web UI: {ui}/namespaces/{settings.namespace}/workflows", flush=True
                 )
-            await _until_signalled()
+            await _until_signalled_or_exited(s)
     except EmbeddedServerError as exc:
         raise CliError(str(exc)) from None
     return EXIT_OK
+
+
+async def _until_signalled_or_exited(server: EmbeddedServer) -> None:
+    """Serve until SIGINT/SIGTERM; a Temporal process that dies meanwhile is an error (a
+    `capstan server` that stays up with no server behind it would hide the outage)."""
+    stopped = asyncio.ensure_future(_until_signalled())
+    died = asyncio.ensure_future(server.exited())
+    done, pending = await asyncio.wait({stopped, died}, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    if died in done:
+        raise CliError(died.result())
 
 
 async def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -331,9 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     if args.command == "worker":
-        logging.getLogger().setLevel(logging.INFO)
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
+    else:  # a command's warnings read like its errors: one line, `capstan: ...`
+        logging.basicConfig(level=logging.WARNING, format="capstan: %(message)s")
     try:
         code = asyncio.run(args.fn(args, Settings.from_env()))
     except (CliError, CapstanError, BlobError, ConfigError, TemporalConnectError) as exc:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from typing import Literal
@@ -70,6 +71,8 @@ from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.codec import CodecError, data_converter
 from capstan.runtime.config import Settings
 from capstan.runtime.temporal_connection import explain_connect_failure
+
+log = logging.getLogger("capstan.client")
 
 __all__ = [
     "CapstanClient",
@@ -185,7 +188,20 @@ class CapstanClient:
             id=run_id,
             task_queue=self.settings.task_queue,
         )
+        if (warning := await self.no_worker_warning(run_id)) is not None:
+            log.warning("%s", warning)
         return run_id
+
+    async def no_worker_warning(self, run_id: str) -> str | None:
+        """What to tell the starter of `run_id` when no worker polls its queue (the run is
+        stored and waits; nothing else would say so), or None."""
+        with contextlib.suppress(RPCError):
+            if await self.workers_polling():
+                return None
+        return (
+            f"run {run_id} is stored, but no worker is polling task queue "
+            f"{self.settings.task_queue!r}: it starts when one does (`capstan worker`)"
+        )
 
     async def result(self, run_id: str) -> RunResult:
         """Wait for the run's result, following continue-as-new."""

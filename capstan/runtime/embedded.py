@@ -202,6 +202,20 @@ class EmbeddedServer:
         self.stop()
         raise EmbeddedServerError(f"the Temporal dev server did not answer within {timeout:.0f}s")
 
+    async def exited(self) -> str:
+        """Wait until the server this object started exits, and say how (never returns for a
+        server it reused: another process owns that one)."""
+        proc = self.process
+        if proc is None:
+            await asyncio.Event().wait()
+        assert proc is not None
+        # the waiting thread ends with the process (stop() ends it when the caller stops first)
+        code = await asyncio.to_thread(proc.wait)
+        return (
+            f"the Temporal dev server exited with code {code}; see {self.log_path}: "
+            f"{self._log_tail()}"
+        )
+
     def _log_tail(self) -> str:
         with contextlib.suppress(OSError):
             lines = self.log_path.read_text(errors="replace").strip().splitlines()
