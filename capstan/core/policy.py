@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Literal
 
-import jsonschema
-
+from capstan.core import patterns, schemas
 from capstan.core.content import BlobRef, Text
 from capstan.core.spec import RunSpec
 from capstan.core.tooling import ToolCatalog, ToolInfo
@@ -91,23 +89,30 @@ def check_arguments(name: str, info: ToolInfo, spec: RunSpec, arguments: Text) -
         value = json.loads(arguments or "{}")
     except json.JSONDecodeError as exc:
         return f"arguments are not valid JSON: {exc.msg}"
+    except RecursionError:
+        return "arguments are not valid JSON: nested too deeply"
     if info.parameters:
-        validator = jsonschema.Draft202012Validator(info.parameters)
-        errors = sorted(
-            validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message)
-        )
-        if errors:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
-                for e in errors[:5]
-            )
-            return f"arguments do not match the schema of {name}: {problems}"
-    patterns = dict(info.deny_arguments)
+        checked = schemas.check(info.parameters, value)
+        if checked.refused is not None:
+            return f"{name} cannot be called: {checked.refused}"
+        if checked.errors:
+            return f"arguments do not match the schema of {name}: {'; '.join(checked.errors)}"
+    return _denied(name, info, spec, value)
+
+
+def _denied(name: str, info: ToolInfo, spec: RunSpec, value: object) -> str | None:
+    """The first deny pattern `value` matches: the worker's and the run's all apply (a run adds
+    patterns, it never replaces the worker's). A pattern RE2 cannot compile (one recorded before
+    patterns were checked where they enter) denies: the policy fails closed."""
     rule = spec.tool_policy.get(name)
-    if rule is not None:
-        patterns.update(rule.deny_arguments)
-    for field, pattern in sorted(patterns.items()):
+    own = sorted(rule.deny_arguments.items()) if rule is not None else []
+    for field, pattern in [*sorted(info.deny_arguments.items()), *own]:
         field_value = value.get(field) if isinstance(value, dict) else None
-        if isinstance(field_value, str) and re.search(pattern, field_value):
+        if not isinstance(field_value, str):
+            continue
+        problem = patterns.pattern_problem(pattern)
+        if problem is not None:
+            return f"policy denies {name}: its pattern for {field} cannot be checked ({problem})"
+        if patterns.search(pattern, field_value):
             return f"policy denies {name} with {field} matching {pattern!r}"
     return None

@@ -35,6 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from capstan.activities.tools.mcp.naming import server_of
+from capstan.core.patterns import Pattern
 from capstan.runtime.environment import ConfigError, validation_summary
 
 __all__ = [
@@ -60,7 +61,7 @@ class McpToolOverride(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     decision: Literal["allow", "ask", "deny"] | None = None
-    deny_arguments: dict[str, str] = {}
+    deny_arguments: dict[str, Pattern] = {}  # RE2: refused at load unless it compiles
     read_only: bool | None = None
     sensitive: bool | None = None
     untrusted_output: bool | None = None

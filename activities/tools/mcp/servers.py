@@ -53,6 +53,7 @@ from capstan.activities.tools.mcp.listing import McpListing, McpRequiredError
 from capstan.activities.tools.mcp.naming import SEPARATOR, server_of
 from capstan.activities.tools.mcp.results import result_text
 from capstan.core.activity_io import RunToolInput
+from capstan.core.schemas import schema_problem
 from capstan.core.tooling import ToolFailed, ToolFailure, ToolSpec, ToolSucceeded
 from capstan.runtime.blobstore import ContentStore
 
@@ -237,7 +238,15 @@ class McpServers:
 
 
 def _offer(server: McpServerConfig, spec: ToolSpec, out: McpListing) -> None:
+    """Offer `spec`. A tool whose input schema cannot be used (an invalid or non-RE2 regex, a
+    nested `$schema`, too large) is still offered, with a note: each call of it is refused
+    with the reason, an observation the model reads, and the run goes on."""
     out.specs.append(spec)
+    problem = schema_problem(spec.parameters)
+    if problem is not None:
+        tool = spec.origin.name if spec.origin else spec.name
+        note = f"MCP server {server.name}, tool {tool}: its input schema cannot be used"
+        out.diagnostics.append(f"{note} ({problem}); its calls are refused")
     rule = tool_rule(server, spec.origin.name if spec.origin else "")
     if rule is not None:
         out.rules[spec.name] = rule
