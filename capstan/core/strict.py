@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 __all__ = ["StrictModel", "describe_invalid", "unknown_fields_problem"]
 
@@ -37,19 +44,47 @@ def unknown_fields_problem(unknown: Iterable[str], known: Iterable[str]) -> str:
 
 
 class StrictModel(BaseModel):
-    """A model whose unknown fields are refused with a suggestion (see the module docstring)."""
+    """A model whose unknown fields are refused with a suggestion (see the module docstring).
+
+    pydantic's own `extra="forbid"` finds them, so each error keeps its location (the API
+    answers `body.max_step`); this model only rewords its own level's errors to name the
+    nearest known field (a nested model rewords its own)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _known_fields(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            known = set(cls.model_fields)
-            unknown = [str(k) for k in data if k not in known]
-            if unknown:
-                raise ValueError(unknown_fields_problem(unknown, known))
-        return data
+    def _known_fields(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        try:
+            return handler(data)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if not any(_own_unknown(e) for e in errors):
+                raise
+            known = list(cls.model_fields)
+            details = [
+                InitErrorDetails(
+                    type=PydanticCustomError(
+                        "extra_forbidden",
+                        "{problem}",
+                        {"problem": unknown_fields_problem([str(e["loc"][0])], known)},
+                    ),
+                    loc=e["loc"],
+                    input=e["input"],
+                )
+                if _own_unknown(e)
+                else cast(InitErrorDetails, e)
+                for e in errors
+            ]
+            raise ValidationError.from_exception_data(exc.title, details) from None
+
+
+def _own_unknown(error: ErrorDetails) -> bool:
+    return (
+        error["type"] == "extra_forbidden"
+        and len(error["loc"]) == 1
+        and not error.get("ctx")  # not already reworded
+    )
 
 
 def describe_invalid(exc: ValidationError) -> str:
