@@ -152,6 +152,7 @@ def build_worker(
         finish_guard=load_finish_guard(settings.finish_guard),
         mcp=mcp,
         notify=hooks.kinds(),
+        sandbox_ceiling=settings.sandbox_ceiling,
     )
     options: dict[str, object] = {
         # a run whose worker died moves to another worker's queue after this long (recovery)

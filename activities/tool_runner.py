@@ -28,7 +28,8 @@ from capstan.activities.tools.registry import ToolContext, ToolRegistry
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.core.activity_table import ActivityName
 from capstan.core.notify import NotifyKind
-from capstan.core.spec import ToolRule
+from capstan.core.privilege import clamp_sandbox
+from capstan.core.spec import SANDBOX_TOOLS, SandboxLimits, ToolRule
 from capstan.core.tooling import (
     ToolCatalog,
     ToolFailed,
@@ -58,8 +59,11 @@ class ToolActivities:
         finish_guard: FinishGuard | None = None,
         mcp: McpTools | None = None,
         notify: tuple[NotifyKind, ...] = (),
+        sandbox_ceiling: SandboxLimits | None = None,
     ) -> None:
         self.telemetry = telemetry or Instruments()
+        #: the most a sandbox call may have, whatever its run asks (CAPSTAN_SANDBOX_LIMITS)
+        self.sandbox_ceiling = sandbox_ceiling or SandboxLimits()
         self.notify = notify  # what the worker's webhooks want (`ToolCatalog.notify`)
         self.mcp = mcp
         self.finish_guard = finish_guard
@@ -147,6 +151,12 @@ class ToolActivities:
         )
         return outcome
 
+    def _limits(self, request: RunToolInput) -> SandboxLimits | None:
+        """The jail limits of a sandbox call: what its run asks, within the worker's ceiling."""
+        if request.sandbox is None and request.name not in SANDBOX_TOOLS:
+            return None
+        return clamp_sandbox(request.sandbox or SandboxLimits(), self.sandbox_ceiling)
+
     async def _run(self, request: RunToolInput) -> ToolSucceeded | ToolFailed:
         if self.mcp is not None and self.mcp.owns(request.name):
             try:
@@ -180,7 +190,7 @@ class ToolActivities:
                 idempotency_key=request.idempotency_key,
                 workspace=self.workspace,
                 content=self.content,
-                sandbox=request.sandbox,
+                sandbox=self._limits(request),
             )
         try:
             result = await with_heartbeat(found.fn(**kwargs))

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from capstan.api.auth import Principal, Scope, require
 from capstan.api.backend import tenancy, writer
 from capstan.api.errors import ERROR_RESPONSES, ApiError, not_found
-from capstan.api.routes import from_agent, weakened
+from capstan.api.routes import admitted, from_agent
 from capstan.api.tenancy import DEFAULT_TENANT, Tenancy
 from capstan.client.runs import CapstanError, RunNotFoundError
 from capstan.client.threads import Sent, ThreadError, ThreadRun, Threads, thread_workflow_id
@@ -70,11 +70,7 @@ async def send_to_thread(
     spec = None
     if body.agent is not None:
         agents = runs.client.settings.agents_file
-        spec = from_agent(RunSpec(task=body.text, agent=body.agent), agents)
-        problems = weakened(spec)
-        if problems and not principal.may(Scope.ADMIN):
-            message = f"only an admin token may start a run with {', '.join(problems)}"
-            raise ApiError(403, "forbidden", message)
+        spec = admitted(from_agent(RunSpec(task=body.text, agent=body.agent), agents), principal)
     threads = Threads(runs.client)
     try:
         sent = await threads.send(
@@ -82,6 +78,7 @@ async def send_to_thread(
             body.text,
             spec,
             body.id,
+            scopes=principal.scopes,  # else the previous run's spec, narrowed to the sender's
             **await runs.ownership(principal),
         )
     except ThreadError as exc:

@@ -36,6 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.audit.history import load_histories
 from capstan.audit.snapshot import Snapshot
+from capstan.core import privilege
 from capstan.core.activity_table import ActivityName
 from capstan.core.children import ChildRun
 from capstan.core.inputs import size_problem
@@ -181,7 +182,8 @@ class CapstanClient:
         if spec.thread is not None:  # its task travels as the start signal
             raise CapstanError("a thread run starts with `Threads.send` (capstan.client.threads)")
         run_id = spec.run_id or f"run-{uuid.uuid4().hex[:12]}"
-        spec = spec.model_copy(update={"run_id": run_id})
+        # the caller reaches Temporal itself: the operator (capstan.core.privilege)
+        spec = privilege.admit(spec.model_copy(update={"run_id": run_id}), privilege.OPERATOR)
         await self.client.start_workflow(
             WORKFLOW_NAME,
             AgentInput(spec=spec),

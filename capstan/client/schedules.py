@@ -41,6 +41,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.client.runs import CapstanClient, CapstanError
+from capstan.core import privilege
 from capstan.core.spec import RunSpec
 from capstan.core.workflow_io import TERMINAL_MEMO, WORKFLOW_NAME, AgentInput
 
@@ -184,9 +185,11 @@ class Schedules:
         _check_name(name)
         if spec.thread is not None:
             raise ScheduleError(f"schedule {name!r}: a scheduled run cannot be a thread run")
+        # the caller reaches Temporal itself: the operator (capstan.core.privilege)
+        spec = privilege.admit(spec.model_copy(update={"run_id": None}), privilege.OPERATOR)
         action = ScheduleActionStartWorkflow(
             WORKFLOW_NAME,
-            AgentInput(spec=spec.model_copy(update={"run_id": None})),
+            AgentInput(spec=spec),
             id=RUN_PREFIX + name,
             task_queue=self.capstan.settings.task_queue,
         )

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -39,6 +39,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.client.runs import CapstanClient, CapstanError
+from capstan.core import privilege
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message
 from capstan.core.spec import RunResult, RunSpec
@@ -161,12 +162,15 @@ class Threads:
         text: str,
         spec: RunSpec | None = None,
         message_id: str | None = None,
+        *,
+        scopes: Iterable[str] = privilege.OPERATOR,
         **start: Any,
     ) -> Sent:
         """Deliver `text` to the thread's running run, or start its next run with `text` as
         the task, continuing the previous run's conversation (see `next_spec`). Same
-        `message_id` twice: delivered once to a run. `start`: more options of the start
-        (`memo`, `search_attributes`: the API's tenant)."""
+        `message_id` twice: delivered once to a run. `scopes`: the sender's (the next run takes
+        its privileges from them, `capstan.core.privilege.admit`). `start`: more options of the
+        start (`memo`, `search_attributes`: the API's tenant)."""
         run_id = thread_workflow_id(thread)
         item = await self.capstan.prepared(LiveMessage(text=text, id=message_id or ""))
         delivered = await self._deliver(thread, run_id, item)
@@ -174,7 +178,7 @@ class Threads:
             return delivered
         handle = await self.capstan.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=await self.next_spec(thread, text, spec)),
+            AgentInput(spec=await self.next_spec(thread, text, spec, scopes)),
             id=run_id,
             task_queue=self.capstan.settings.task_queue,
             start_signal=STEER,
@@ -192,15 +196,24 @@ class Threads:
             message_id=item.id,
         )
 
-    async def next_spec(self, thread: str, text: str, spec: RunSpec | None = None) -> RunSpec:
+    async def next_spec(
+        self,
+        thread: str,
+        text: str,
+        spec: RunSpec | None = None,
+        scopes: Iterable[str] = privilege.OPERATOR,
+    ) -> RunSpec:
         """The spec the thread's next run starts with: `spec`, else the previous run's (its
-        agent, model, tools and policy), else the defaults; `text` is its task, and it goes on
-        from the previous run's conversation."""
+        agent, model, tools and policy) narrowed to what the sender's `scopes` allow, else the
+        defaults; `text` is its task, and it goes on from the previous run's conversation."""
         run_id = thread_workflow_id(thread)
         execution = await self._last_returned(run_id)
         previous = await self._result(run_id, execution) if execution else None
-        if spec is None and execution is not None:
+        if spec is not None:
+            spec = privilege.admit(spec, scopes)
+        elif execution is not None:
             spec = await self._spec_of(run_id, execution)
+            spec = privilege.admit(spec, scopes, inherited=True) if spec else None
         base = (spec or RunSpec(task=text)).model_copy(
             update={
                 "task": text,

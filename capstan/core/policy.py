@@ -1,10 +1,13 @@
 """Tool policy: who may run what, decided in the pure core from declared risk and configuration.
 
-Order of precedence for one tool: the run's rule (`RunSpec.tool_policy`), then the worker's
-policy file (carried in the tool catalog), then the default (read-only: allow; anything that
-changes state: ask). `auto_approve` turns ask into allow. The Rule of Two then forces `ask` on
-state-changing tools when a run combines untrusted input, sensitive data and state change, unless
-the run waives it. Unknown tools are denied before policy is consulted.
+A run may narrow what the worker allows, never widen it (`capstan.core.privilege`): the
+worker's rule for a tool (its policy file or MCP server rule, carried in the tool catalog) is a
+ceiling, and the decision is the stricter of it and the run's rule (`RunSpec.tool_policy`;
+deny > ask > allow). Without a worker rule the run's rule, else the default (read-only: allow;
+anything that changes state: ask) decides. `auto_approve` turns an ask into allow, except the
+worker's own ask. The Rule of Two then forces `ask` on state-changing tools when a run combines
+untrusted input, sensitive data and state change, unless the run waives it. Unknown tools are
+denied before policy is consulted.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import hashlib
 import json
 from typing import Literal
 
-from capstan.core import patterns, schemas
+from capstan.core import patterns, privilege, schemas
 from capstan.core.content import BlobRef, Text
 from capstan.core.spec import RunSpec
 from capstan.core.tooling import ToolCatalog, ToolInfo
@@ -61,17 +64,14 @@ def policy_for(
 ) -> tuple[PolicyDecision, str]:
     """The decision for a call of `name` and the reason a reviewer is shown."""
     rule = spec.tool_policy.get(name)
-    decision: PolicyDecision
-    if rule is not None and rule.decision is not None:
-        decision, reason = rule.decision, f"run policy for {name}: {rule.decision}"
-    elif info.policy in ("allow", "ask", "deny"):
-        decision, reason = info.policy, f"worker policy for {name}: {info.policy}"  # type: ignore[assignment]
-    elif info.read_only:
-        decision, reason = "allow", "read-only tool"
-    else:
-        decision, reason = "ask", f"{name} changes state"
-    if decision == "ask" and spec.auto_approve:
-        decision, reason = "allow", "auto-approved for this run"
+    worker = _worker_decision(info.policy)
+    decision, reason = privilege.tool_decision(
+        name,
+        worker,
+        rule.decision if rule is not None else None,
+        read_only=info.read_only,
+        auto_approve=spec.auto_approve,
+    )
     if rule_of_two and not info.read_only and decision == "allow":
         decision = "ask"
         reason = (
@@ -79,6 +79,13 @@ def policy_for(
             "so state-changing calls need approval"
         )
     return decision, reason
+
+
+def _worker_decision(policy: str | None) -> PolicyDecision | None:
+    """The worker's decision for a tool; anything else it carries (none) fails closed."""
+    if policy is None or policy in ("allow", "ask", "deny"):
+        return policy  # type: ignore[return-value]
+    return "deny"
 
 
 def check_arguments(name: str, info: ToolInfo, spec: RunSpec, arguments: Text) -> str | None:

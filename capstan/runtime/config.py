@@ -24,13 +24,16 @@ OpenTelemetry keeps its standard `OTEL_*` variables, which its SDK reads itself.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import NoDecode
 
+from capstan.core.spec import SandboxLimits
 from capstan.runtime.data_dir import resolve_data_dir
 from capstan.runtime.environment import ConfigError, EnvSettings
 from capstan.runtime.s3 import S3Access
@@ -113,6 +116,26 @@ class Settings(EnvSettings):
     local_choices: Literal["paths", "lines", "off"] = Field(
         "paths", validation_alias="CAPSTAN_LOCAL_CHOICES"
     )
+    # The worker's ceilings for every run_shell / run_python call (a JSON object of
+    # `SandboxLimits` numbers): what a run asks above them is lowered to them
+    # (capstan.core.privilege.clamp_sandbox). Default: `SandboxLimits`' own defaults.
+    sandbox_limits: Annotated[SandboxLimits, NoDecode] = Field(
+        SandboxLimits(), validation_alias="CAPSTAN_SANDBOX_LIMITS"
+    )
+    # Whether a run's `sandbox.network = true` gives its jail a network; off: never.
+    sandbox_network: bool = Field(False, validation_alias="CAPSTAN_SANDBOX_NETWORK")
+
+    @field_validator("sandbox_limits", mode="before")
+    @classmethod
+    def _limits_only(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError:
+                raise ValueError("expected a JSON object of SandboxLimits fields") from None
+        if isinstance(value, Mapping) and {"network", "retryable"} & set(value):
+            raise ValueError("limits only: the network is CAPSTAN_SANDBOX_NETWORK")
+        return value
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -146,6 +169,11 @@ class Settings(EnvSettings):
     @property
     def workspace_dir(self) -> Path:
         return self.workspace or self.data_dir / "workspace"
+
+    @property
+    def sandbox_ceiling(self) -> SandboxLimits:
+        """The most a sandbox call of this worker may have (network included)."""
+        return self.sandbox_limits.model_copy(update={"network": self.sandbox_network})
 
 
 class ModelSettings(EnvSettings):
