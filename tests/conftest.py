@@ -20,12 +20,7 @@ from capstan.client.runs import connect_temporal
 from capstan.runtime.config import Settings
 from capstan.runtime.embedded import EmbeddedServer
 from capstan.runtime.s3 import S3Access
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from capstan.testing.ports import free_port  # the test kit's; tests import it from here
 
 
 @pytest.fixture(scope="session")

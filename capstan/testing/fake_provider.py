@@ -34,7 +34,7 @@ from capstan.testing.wire import (
     openai_completion,
 )
 
-__all__ = ["FakeProvider", "Fault", "Reply", "call", "say"]
+__all__ = ["Call", "FakeProvider", "Fault", "Reply", "call", "finish", "say"]
 
 
 SUMMARY_MARKER = "You compress the history"
@@ -67,26 +67,41 @@ class Fault:
     events: tuple[tuple[str | None, str], ...] = ()
 
 
-def call(tool: str, /, **arguments: Any) -> tuple[str, dict[str, Any]]:
+Call = tuple[str, dict[str, Any]]
+
+
+def call(tool: str, /, **arguments: Any) -> Call:
+    """A tool call the model makes: `call("read_file", path="a.txt")`."""
     return (tool, arguments)
 
 
 def say(
-    *calls: tuple[str, dict[str, Any]],
+    *parts: Call | str,
     content: str = "",
     hold: float = 0.0,
     reasoning: str = "",
     stop: str | None = None,
     chunk_delay: float = 0.0,
 ) -> Reply:
+    """One reply of the model: its text (a string, or `content=`) and the tool calls it makes
+    in parallel: `say("Reading it.", call("read_file", path="a.txt"))`."""
+    texts = [p for p in parts if isinstance(p, str)]
+    calls = tuple(p for p in parts if not isinstance(p, str))
+    if len(texts) + bool(content) > 1:
+        raise TypeError("say() takes one text: a string or content=, not both")
     return Reply(
-        content=content,
-        tool_calls=tuple(calls),
+        content=texts[0] if texts else content,
+        tool_calls=calls,
         hold_seconds=hold,
         reasoning=reasoning,
         stop=stop,
         chunk_delay=chunk_delay,
     )
+
+
+def finish(answer: str, content: str = "") -> Reply:
+    """The reply that ends the run with `answer` (the builtin `finish` tool)."""
+    return say(call("finish", answer=answer), content=content)
 
 
 Script = list[Reply] | Callable[[int, list[dict[str, Any]]], Reply]

@@ -3,50 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 from temporalio.client import Client, WorkflowHandle
 
 from capstan.audit.history import load_histories
 from capstan.runtime.config import Settings
-from capstan.testing.fake_provider import FakeProvider
-from capstan.worker import build_worker
 
-SECRET_KEY = "sk-test-secret-key-123456"
+# the in-process worker on a fake model is the test kit's (`capstan.testing`), shared with users
+from capstan.testing.worker import SECRET_KEY, model_env, running_worker  # noqa: F401
+
 HISTORIES = Path(__file__).resolve().parents[1] / "histories"
-
-
-def model_env(fake: FakeProvider) -> dict[str, str]:
-    return {
-        "CAPSTAN_MODEL": "openai:fake",
-        "OPENAI_BASE_URL": fake.base_url,
-        "OPENAI_API_KEY": SECRET_KEY,
-    }
-
-
-@contextlib.asynccontextmanager
-async def running_worker(
-    temporal: Client,
-    settings: Settings,
-    fake: FakeProvider,
-    env: dict[str, str] | None = None,
-    **options: Any,
-) -> AsyncIterator[None]:
-    """An in-process worker whose model is the fake (plus `env` overrides)."""
-    worker_env = {**model_env(fake), **(env or {})}
-    async with (
-        httpx.AsyncClient() as http,
-        build_worker(temporal, settings, http, worker_env, **options),
-    ):
-        yield
 
 
 async def history_events(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:

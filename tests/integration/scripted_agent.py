@@ -30,16 +30,14 @@ from temporalio.client import Client, WorkflowHandle
 
 from capstan.client.runs import CapstanClient
 from capstan.client.transcript import StepView, build_transcript
-from capstan.core.spec import ActivityTuning, RunResult, RunSpec, RunStatus
+from capstan.core.spec import RunResult, RunSpec, RunStatus
 from capstan.core.workflow_io import TranscriptView
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, Fault, Script
+from capstan.testing.worker import FAST
 from tests.integration.helpers import record_history, running_worker
 
 __all__ = ["FAST", "Agent", "Live", "Run"]
-
-#: retries fast enough for a test; two attempts per model call
-FAST = ActivityTuning(model_initial_retry=0.1, model_max_retry=0.2, model_max_attempts=2)
 
 #: worker environment on top of the fake's: a mapping, or built from the running fake
 Env = dict[str, str] | Callable[[FakeProvider], dict[str, str]]
