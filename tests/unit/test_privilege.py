@@ -2,33 +2,29 @@
 
 The tables: every path that starts a run by every spec field that could widen it (what a caller
 without `admin` is refused, or inherits narrowed); the effective tool decision for every worker
-rule by run rule by `auto_approve`; the sandbox limits a worker caps. The HTTP routes are driven
-as a client would in `tests/integration/test_privilege_routes.py`.
+rule by run rule by `auto_approve`. The sandbox limits a worker caps are in
+`test_privilege_sandbox.py`; the HTTP routes are driven as a client would in
+`tests/integration/test_privilege_routes.py`.
 """
 
 from __future__ import annotations
 
 import ast
 import itertools
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from capstan.activities.tool_runner import ToolActivities
-from capstan.activities.tools.registry import ToolContext, ToolRegistry, tool
 from capstan.client.runs import CapstanClient
 from capstan.client.schedules import Schedules, When
 from capstan.client.threads import Threads
 from capstan.core import privilege
-from capstan.core.activity_io import RunToolInput
 from capstan.core.policy import policy_for
 from capstan.core.privilege import PolicyDecision, PrivilegeError
 from capstan.core.spec import RunResult, RunSpec, SandboxLimits, TerminalReason, ToolRule
-from capstan.core.tooling import ToolInfo, ToolSucceeded
-from capstan.runtime.blobstore import ContentStore, LocalBlobStore
-from capstan.runtime.config import ConfigError, Settings
+from capstan.core.tooling import ToolInfo
+from capstan.runtime.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a token with every scope but admin (the API's `alice`)
@@ -304,103 +300,3 @@ def test_the_rule_of_two_still_asks_on_top() -> None:
     info = ToolInfo(policy="allow")
     assert policy_for("write_file", info, spec, rule_of_two=True)[0] == "ask"
     assert policy_for("write_file", ToolInfo(policy="deny"), spec, rule_of_two=True)[0] == "deny"
-
-
-# -- sandbox limits ---------------------------------------------------------------------------
-
-CEILING = SandboxLimits()
-RAISED: dict[str, Any] = {
-    "wall_seconds": 3600.0,
-    "cpu_seconds": 3600,
-    "memory_bytes": 64 << 30,
-    "processes": 100_000,
-    "file_bytes": 1 << 40,
-    "output_bytes": 1 << 30,
-    "tmp_bytes": 1 << 40,
-}
-
-
-LOWERED: dict[str, Any] = {
-    "wall_seconds": 1.0,
-    "cpu_seconds": 1,
-    "memory_bytes": 32 << 20,
-    "processes": 4,
-    "file_bytes": 1,
-    "output_bytes": 1024,
-    "tmp_bytes": 1 << 20,
-}
-
-
-@pytest.mark.parametrize("field", sorted(RAISED))
-def test_a_run_asks_at_most_the_workers_limit(field: str) -> None:
-    raised = SandboxLimits(**{field: RAISED[field]})
-    assert privilege.clamp_sandbox(raised, CEILING) == CEILING
-    lowered = SandboxLimits(**{field: LOWERED[field]})
-    assert privilege.clamp_sandbox(lowered, CEILING) == lowered  # narrowing is kept
-    wider = CEILING.model_copy(update={field: RAISED[field]})
-    assert privilege.clamp_sandbox(raised, wider) == raised  # a worker may allow more
-
-
-def test_the_network_needs_the_worker_too() -> None:
-    asked = SandboxLimits(network=True, retryable=False)
-    assert privilege.clamp_sandbox(asked, CEILING) == SandboxLimits(retryable=False)
-    assert privilege.clamp_sandbox(asked, SandboxLimits(network=True)).network
-    assert not privilege.clamp_sandbox(SandboxLimits(), SandboxLimits(network=True)).network
-
-
-def test_the_workers_ceiling_is_a_setting() -> None:
-    assert Settings.from_env({}).sandbox_ceiling == SandboxLimits()
-    env = {
-        "CAPSTAN_SANDBOX_LIMITS": json.dumps({"memory_bytes": 4 << 30}),
-        "CAPSTAN_SANDBOX_NETWORK": "1",
-    }
-    assert Settings.from_env(env).sandbox_ceiling == SandboxLimits(
-        memory_bytes=4 << 30, network=True
-    )
-    for bad in ('{"network": true}', '{"memory": 1}', "4G"):
-        with pytest.raises(ConfigError, match="CAPSTAN_SANDBOX_LIMITS"):
-            Settings.from_env({"CAPSTAN_SANDBOX_LIMITS": bad})
-
-
-def _call(limits: SandboxLimits | None) -> RunToolInput:
-    return RunToolInput(
-        run_id="r",
-        step=1,
-        call_id="c",
-        name="run_shell",
-        arguments='{"command": "x"}',
-        idempotency_key="r/1/c",
-        sandbox=limits,
-    )
-
-
-def _capturing() -> tuple[ToolRegistry, list[SandboxLimits | None]]:
-    seen: list[SandboxLimits | None] = []
-
-    @tool(name="run_shell")
-    async def run_shell(ctx: ToolContext, command: str) -> str:
-        seen.append(ctx.sandbox)
-        return "ok"
-
-    return ToolRegistry([run_shell]), seen
-
-
-@pytest.mark.parametrize(
-    ("ceiling", "expected"),
-    [
-        (None, SandboxLimits()),
-        (SandboxLimits(memory_bytes=2 << 30), SandboxLimits(memory_bytes=2 << 30)),
-        (SandboxLimits(network=True), SandboxLimits(network=True)),
-    ],
-)
-async def test_the_jail_gets_what_the_run_asks_within_the_worker(
-    tmp_path: Path, ceiling: SandboxLimits | None, expected: SandboxLimits
-) -> None:
-    registry, seen = _capturing()
-    content = ContentStore(LocalBlobStore(tmp_path / "blobs"))
-    tools = ToolActivities(registry, content, tmp_path / "ws", sandbox_ceiling=ceiling)
-    asked = SandboxLimits(network=True, **RAISED)
-    assert isinstance(await tools.run_tool(_call(asked)), ToolSucceeded)
-    assert isinstance(await tools.run_tool(_call(None)), ToolSucceeded)
-    assert seen[0] == expected
-    assert seen[1] == privilege.clamp_sandbox(SandboxLimits(), expected)  # never above the worker
