@@ -51,6 +51,12 @@ LOWERED: dict[str, Any] = {
 }
 
 
+def test_every_limit_has_a_ceiling() -> None:
+    """A limit added to `SandboxLimits` later must be capped too (or it fails here)."""
+    assert set(RAISED) == set(LOWERED) == set(SandboxLimits.model_fields) - {"network", "retryable"}
+    assert privilege.clamp_sandbox(SandboxLimits(**RAISED), CEILING) == CEILING
+
+
 @pytest.mark.parametrize("field", sorted(RAISED))
 def test_a_run_asks_at_most_the_workers_limit(field: str) -> None:
     raised = SandboxLimits(**{field: RAISED[field]})
