@@ -139,7 +139,7 @@ def build_worker(
     compaction = CompactionActivities(content, models, http, count_tokens)
     worker_env = env if env is not None else os.environ
     hooks = load_webhooks(settings.webhooks_file)  # secrets are read per post, not here
-    notify = NotifyActivities(hooks, worker_env, http, content, settings.inbox_url)
+    notify = NotifyActivities(hooks, worker_env, content, settings.inbox_url)
     jail = sandbox_jail(settings, env if env is not None else os.environ)
     registry = build_registry(settings.tools_module, jail)
     mcp = build_mcp(settings, env if env is not None else os.environ, content, registry)
@@ -169,8 +169,9 @@ def build_worker(
         "max_heartbeat_throttle_interval": timedelta(seconds=1),
         "interceptors": tracing_interceptors(telemetry, tracer_provider),
         "activity_executor": ThreadPoolExecutor(4),
-        # MCP sessions (stdio server processes) live as long as the worker
-        "plugins": [mcp.plugin()] if mcp is not None else [],
+        # MCP sessions (stdio server processes) live as long as the worker; webhook deliveries
+        # run beside it on their own task queue and slots (capstan.activities.deliveries)
+        "plugins": [notify.plugin(), *([mcp.plugin()] if mcp is not None else [])],
     }
     options.update(worker_options)
     worker = Worker(
@@ -184,7 +185,6 @@ def build_worker(
             tools.list_tools,
             tools.run_tool,
             tools.check_finish,
-            notify.notify_request,
         ],
         **options,  # type: ignore[arg-type]
     )

@@ -2,8 +2,9 @@
 
 `AgentWorkflow._announce_requests` calls `notify_opened` after it has written the open requests
 to the memo. Each request not announced before (in this execution or, through the memo that
-continue-as-new carries over, in an earlier one) starts one `notify_request` activity. The run
-never waits for it and never fails because of it: a failure is logged by the workflow and kept
+continue-as-new carries over, in an earlier one) starts one `notify_request` activity, on the
+deliveries' own task queue (`capstan.core.notify.delivery_queue`). The run never waits for it
+and never fails because of it: a failure is logged by the workflow and kept
 in history (`ActivityTaskFailed`). Deterministic by law, like the rest of `workflows/`.
 
 What it costs: the first notification of an execution records a `notify-requests-v1` marker;
@@ -22,7 +23,13 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from capstan.core.activity_table import ACTIVITIES, ActivityName
-    from capstan.core.notify import NotifyInput, NotifyKind, NotifyResult, newly_opened
+    from capstan.core.notify import (
+        NotifyInput,
+        NotifyKind,
+        NotifyResult,
+        delivery_queue,
+        newly_opened,
+    )
     from capstan.core.spec import ActivityTuning
     from capstan.core.workflow_io import NOTIFY_PATCH, REQUESTS_MEMO, OpenRequests
 
@@ -65,6 +72,9 @@ def _start(item: NotifyInput, tuning: ActivityTuning) -> workflow.ActivityHandle
         ActivityName.NOTIFY_REQUEST.value,
         item,
         result_type=NotifyResult,
+        # their own queue and slots: a hanging hook never holds up a model or tool call (the
+        # command is the same, its queue is not compared on replay: no patch needed)
+        task_queue=delivery_queue(workflow.info().task_queue),
         start_to_close_timeout=timedelta(seconds=options.start_to_close),
         retry_policy=retry_policy(options),
         # the run does not wait for a notification, so its cancellation need not either

@@ -2,9 +2,11 @@
 result, and where the request is in the inbox.
 
 The workflow starts one `notify_request` per newly opened approval request or question and
-never waits for it (`capstan.workflows.notify`); the worker's webhook configuration and secrets
-stay with the activity (`capstan.activities.notify`). Everything here is recorded in history, so
-it holds no secret and no URL of a hook. Pure: no IO, clock or Temporal.
+never waits for it (`capstan.workflows.notify`), on a task queue of its own (`delivery_queue`)
+so that deliveries never take the activity slots a run's model and tool calls need; the
+worker's webhook configuration and secrets stay with the activity (`capstan.activities.notify`).
+Everything here is recorded in history, so it holds no secret and no URL of a hook. Pure: no
+IO, clock or Temporal.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ __all__ = [
     "NotifyInput",
     "NotifyKind",
     "NotifyResult",
+    "delivery_queue",
     "inbox_path",
     "newly_opened",
     "request_anchor",
@@ -58,6 +61,12 @@ class NotifyResult(BaseModel):
 
     delivered: int = 0
     hooks: int = 0
+
+
+def delivery_queue(task_queue: str) -> str:
+    """The task queue of a run's `notify_request` deliveries: beside the run's own, served by
+    each of its workers with slots of their own (`capstan.activities.deliveries`)."""
+    return f"{task_queue}.webhooks"
 
 
 def request_anchor(run_id: str, request_id: str) -> str:

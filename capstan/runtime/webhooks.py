@@ -18,10 +18,18 @@ name the hook and its host, never its URL (which may carry a token) or its secre
 
 Signing: with a secret, each POST carries `X-Capstan-Timestamp` (Unix seconds) and
 `X-Capstan-Signature: sha256=<hex>`, the HMAC-SHA256 of `<timestamp>.<raw body>` under the
-secret. A receiver recomputes it over the raw bytes, compares in constant time and refuses a
-timestamp older than a few minutes (a replayed request): `verify_signature` does all three.
-`X-Capstan-Delivery` (run id and request id) is the same for every attempt and every continued
-execution of a run: receivers dedupe by it.
+secret. `X-Capstan-Delivery` (run id and request id, also the body's `delivery`) is the same for
+every attempt and every continued execution of a run, and so is the body.
+
+Receiving (`verify_delivery`, or `verify_signature` for a yes or no): recompute the signature
+over the raw bytes and compare in constant time; refuse a timestamp more than `tolerance`
+seconds from the receiver's clock (`STALE`); refuse a body accepted before within that window
+(`REPLAYED`: a replayed request, or Capstan's retry of a delivery the receiver already took),
+remembered in a `DeliveryStore`. The built-in one (`SeenDeliveries`) is bounded and lives in the
+receiver's process: a receiver with several processes passes one store they share. Only
+authentic requests are remembered, so a forger cannot fill it; a full store refuses (`BUSY`)
+rather than forget a delivery still inside its window. The header `X-Capstan-Delivery` is not
+signed: dedupe by the signed body (as these do), never by the header alone.
 """
 
 from __future__ import annotations
@@ -29,11 +37,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import threading
 import tomllib
+from collections import OrderedDict
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
-from typing import Literal, get_args
-from urllib.parse import urlsplit
+from typing import Literal, Protocol, get_args
+from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -45,10 +56,14 @@ __all__ = [
     "EVENT_HEADER",
     "SIGNATURE_HEADER",
     "TIMESTAMP_HEADER",
+    "DeliveryStore",
     "Hook",
+    "SeenDeliveries",
+    "Verdict",
     "WebhookConfig",
     "load_webhooks",
     "sign",
+    "verify_delivery",
     "verify_signature",
 ]
 
@@ -58,6 +73,8 @@ DELIVERY_HEADER = "X-Capstan-Delivery"
 EVENT_HEADER = "X-Capstan-Event"
 #: a signed request older (or newer) than this many seconds is refused by `verify_signature`
 DEFAULT_TOLERANCE = 300
+#: how many deliveries `SeenDeliveries` remembers at most (each for its window)
+SEEN_CAPACITY = 10_000
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 
@@ -117,6 +134,26 @@ class Hook(BaseModel):
                 raise ConfigError(f"webhook {self.name}: its secret file is empty")
             return data
         return None
+
+    def tokens(self, env: Mapping[str, str]) -> tuple[str, ...]:
+        """What no log line or error may show: the secret and every part of the URL that can
+        carry a token (user, password, path, query and fragment, raw and decoded)."""
+        out: list[str] = []
+        try:
+            secret = self.resolve_secret(env)
+        except ConfigError:
+            secret = None
+        if secret is not None:
+            out.append(secret.decode(errors="replace"))
+        try:
+            parts = urlsplit(self.resolve_url(env))
+        except (ConfigError, ValueError):
+            return tuple(out)
+        pieces = [parts.username, parts.password, parts.path, parts.query, parts.fragment]
+        pieces += parts.query.split("&") + [p.partition("=")[2] for p in parts.query.split("&")]
+        pieces += parts.path.split("/")
+        out += [p for piece in pieces if piece for p in {piece, unquote(piece)}]
+        return tuple(out)
 
     def where(self, env: Mapping[str, str]) -> str:
         """The hook as logs and errors name it: its name and host, never the full URL."""
@@ -197,6 +234,88 @@ def sign(secret: bytes, timestamp: int, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
+class Verdict(StrEnum):
+    """What `verify_delivery` makes of a received request."""
+
+    ACCEPTED = "accepted"
+    FORGED = "forged"  # no valid signature under the secret
+    STALE = "stale"  # its timestamp is outside the tolerance window
+    REPLAYED = "replayed"  # this body was accepted before, within the window
+    BUSY = "busy"  # the store is full of deliveries still inside their window
+
+
+class DeliveryStore(Protocol):
+    """Where a receiver remembers the deliveries it accepted (share one between processes)."""
+
+    def first_time(self, key: str, expires: float, now: float) -> bool | None:
+        """Remember `key` until `expires`: True if it was not there, False if it was, None
+        when there is no room left for it."""
+
+
+class SeenDeliveries:
+    """A bounded, thread-safe `DeliveryStore` in memory: at most `capacity` keys, each
+    forgotten once its window has passed."""
+
+    def __init__(self, capacity: int = SEEN_CAPACITY) -> None:
+        self.capacity = capacity
+        self._expires: OrderedDict[str, float] = OrderedDict()  # in order of expiry, roughly
+        self._lock = threading.Lock()
+
+    def first_time(self, key: str, expires: float, now: float) -> bool | None:
+        with self._lock:
+            while self._expires:
+                old, until = next(iter(self._expires.items()))
+                if until >= now:
+                    break
+                del self._expires[old]
+            if key in self._expires:
+                return False
+            if len(self._expires) >= self.capacity:
+                self._purge(now)
+                if len(self._expires) >= self.capacity:
+                    return None
+            self._expires[key] = expires
+            return True
+
+    def _purge(self, now: float) -> None:
+        for old in [k for k, until in self._expires.items() if until < now]:
+            del self._expires[old]
+
+
+#: the store `verify_delivery` uses when it is given none: this process's memory
+_SEEN = SeenDeliveries()
+
+
+def verify_delivery(
+    secret: bytes,
+    body: bytes,
+    signature: str,
+    timestamp: str,
+    *,
+    now: float,
+    tolerance: float = DEFAULT_TOLERANCE,
+    seen: DeliveryStore | None = None,
+) -> Verdict:
+    """Check a received request: `signature` and `timestamp` are the headers' values, `body`
+    the raw bytes, `now` the receiver's Unix time. An accepted body is remembered (in `seen`,
+    or this process's `SeenDeliveries`) until its timestamp leaves the window, and refused as
+    `REPLAYED` until then. Answer a `REPLAYED` delivery 2xx if it should not be retried."""
+    try:
+        sent = int(timestamp)
+    except ValueError:
+        return Verdict.FORGED
+    if not hmac.compare_digest(sign(secret, sent, body), signature):
+        return Verdict.FORGED
+    if abs(now - sent) > tolerance:
+        return Verdict.STALE
+    store = _SEEN if seen is None else seen
+    key = hashlib.sha256(body).hexdigest()  # signed, unlike the delivery header
+    fresh = store.first_time(key, sent + tolerance, now)
+    if fresh is None:
+        return Verdict.BUSY
+    return Verdict.ACCEPTED if fresh else Verdict.REPLAYED
+
+
 def verify_signature(
     secret: bytes,
     body: bytes,
@@ -205,13 +324,11 @@ def verify_signature(
     *,
     now: float,
     tolerance: float = DEFAULT_TOLERANCE,
+    seen: DeliveryStore | None = None,
 ) -> bool:
-    """Whether a received request is authentic and fresh: `signature` and `timestamp` are the
-    headers' values, `body` the raw bytes, `now` the receiver's Unix time."""
-    try:
-        sent = int(timestamp)
-    except ValueError:
-        return False
-    if abs(now - sent) > tolerance:
-        return False
-    return hmac.compare_digest(sign(secret, sent, body), signature)
+    """Whether a received request is authentic, fresh and not seen before: `verify_delivery`
+    is `ACCEPTED` (which remembers it)."""
+    verdict = verify_delivery(
+        secret, body, signature, timestamp, now=now, tolerance=tolerance, seen=seen
+    )
+    return verdict is Verdict.ACCEPTED

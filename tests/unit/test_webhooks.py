@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
+from capstan.activities.deliveries import MAX_RESPONSE_BYTES, post
 from capstan.activities.webhook_bodies import inbox_link, json_body, slack_body
 from capstan.core.notify import inbox_path, newly_opened, request_anchor
 from capstan.core.steering import ApprovalRequest, Question
 from capstan.runtime.config import ConfigError
 from capstan.runtime.embedded import EmbeddedServer
-from capstan.runtime.webhooks import load_webhooks, sign, verify_signature
+from capstan.runtime.webhooks import (
+    Hook,
+    SeenDeliveries,
+    Verdict,
+    load_webhooks,
+    sign,
+    verify_delivery,
+    verify_signature,
+)
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -163,3 +175,77 @@ def test_only_the_kinds_the_hooks_want_are_notified() -> None:
     both = newly_opened("run-1", [approval()], [question()], set(), ("question",))
     assert [item.kind for item in both] == ["question"]
     assert newly_opened("run-1", [approval()], [question()], set(), ()) == []
+
+
+def test_a_replayed_delivery_is_refused_within_the_window_and_a_stale_one_after() -> None:
+    """The README's promise: stale timestamps are refused, and so is a delivery seen before
+    (the same request again, or Capstan's retry of it: same body, a new timestamp)."""
+    body, sent = b'{"delivery":"run-r/2/c1","event":"approval.opened"}', 1_700_000_000
+    header = sign(b"k", sent, body)
+    assert verify_signature(b"k", body, header, str(sent), now=sent + 1)
+    assert not verify_signature(b"k", body, header, str(sent), now=sent + 120)  # replayed
+    assert verify_delivery(b"k", body, header, str(sent), now=sent + 2) is Verdict.REPLAYED
+    retry = sign(b"k", sent + 60, body)
+    assert verify_delivery(b"k", body, retry, str(sent + 60), now=sent + 61) is Verdict.REPLAYED
+    assert verify_delivery(b"k", body, header, str(sent), now=sent + 301) is Verdict.STALE
+    assert verify_delivery(b"x", body, header, str(sent), now=sent + 1) is Verdict.FORGED
+    other = body.replace(b"c1", b"c2")
+    signed = sign(b"k", sent, other)
+    assert verify_delivery(b"k", other, signed, str(sent), now=sent) is Verdict.ACCEPTED
+
+
+def test_the_store_of_seen_deliveries_is_bounded_and_forgets_after_the_window() -> None:
+    seen = SeenDeliveries(capacity=2)
+    bodies = [f'{{"delivery":"d{i}"}}'.encode() for i in range(3)]
+    verdicts = [
+        verify_delivery(b"k", b, sign(b"k", 1_000, b), "1000", now=1_000, seen=seen) for b in bodies
+    ]
+    assert verdicts == [Verdict.ACCEPTED, Verdict.ACCEPTED, Verdict.BUSY]  # full: refuses
+    later = 1_000 + 301  # the first two are outside their window now: forgotten
+    third = verify_delivery(
+        b"k", bodies[2], sign(b"k", later, bodies[2]), str(later), now=later, seen=seen
+    )
+    assert third is Verdict.ACCEPTED and len(seen._expires) == 1
+
+
+def test_a_hook_names_the_tokens_no_log_may_show() -> None:
+    hook = Hook(name="h", url_env="H_URL", secret_env="H_SECRET")
+    env = {
+        "H_URL": "https://u:pw-123456789@h.example/p/tok%2D987654321?k=q-abcdefgh#f",
+        "H_SECRET": "s3cret-xyz",
+    }
+    tokens = set(hook.tokens(env))
+    assert {
+        "s3cret-xyz",
+        "pw-123456789",
+        "tok%2D987654321",
+        "tok-987654321",
+        "q-abcdefgh",
+    } <= tokens
+    assert not any("h.example" in token for token in tokens)  # the host is named, not hidden
+
+
+async def test_a_post_reads_a_few_kib_of_an_endless_answer() -> None:
+    pulled = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        while True:
+            pulled += 1
+            yield b"x" * 1024
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=endless()))
+    answer = await post(transport, httpx.Request("POST", "http://h.test/"), 5.0)
+    assert answer.status == 200
+    assert pulled <= MAX_RESPONSE_BYTES // 1024 + 1
+
+
+async def test_a_post_has_one_deadline_however_the_answer_trickles() -> None:
+    async def trickle() -> AsyncIterator[bytes]:
+        while True:
+            await asyncio.sleep(0.01)  # every read is quick: only the whole can time out
+            yield b"x"
+
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, content=trickle()))
+    with pytest.raises(TimeoutError):
+        await post(transport, httpx.Request("POST", "http://h.test/"), 0.3)
