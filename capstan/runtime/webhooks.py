@@ -91,7 +91,8 @@ class Hook(BaseModel):
     secret_file: Path | None = None
     format: Literal["json", "slack"] = "json"
     events: tuple[NotifyKind, ...] = ("approval", "question")
-    #: seconds per POST; hooks are posted in parallel within the activity's 20 s
+    #: seconds for a whole POST (connect, write, read); hooks are posted in parallel within the
+    #: activity's 20 s, each reading at most a few KiB of the answer
     timeout: float = Field(10.0, gt=0, le=15)
 
     @model_validator(mode="after")
