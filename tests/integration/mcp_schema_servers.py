@@ -7,9 +7,11 @@ would send; the SDK's server API would build them from signatures. Its tools:
   the requests it gets: the worker must never fetch it);
 - `badregex`: a `pattern` no regex engine compiles (today's code failed the run with it);
 - `lookahead`: a `pattern` Python compiles and RE2 does not (refused, not run in `re`);
-- `redos`: `^(a|a)+$`, exponential for a backtracking engine on `"a" * 40 + "!"`.
+- `redos`: `^(a|a)+$`, exponential for a backtracking engine on `"a" * 40 + "!"`;
+- `redos_out`: the same pattern in its output schema, and structured content that takes a
+  backtracking engine hours to refuse (the SDK checks it on the worker's event loop).
 
-A call answers `called NAME`. Never imported by Capstan; run by the tests over stdio.
+A call answers `called NAME` (`redos_out`: with that structured content). Never imported by Capstan; run by the tests over stdio.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ def tools(ref_url: str) -> list[dict[str, Any]]:
         tool("badregex", {"type": "string", "pattern": "([a-z"}),
         tool("lookahead", {"type": "string", "pattern": "^(?=x)"}),
         tool("redos", {"type": "string", "pattern": "^(a|a)+$"}),
+        {
+            **tool("redos_out", {"type": "string"}),
+            "outputSchema": {
+                "type": "object",
+                "properties": {"text": {"type": "string", "pattern": "^(a|a)+$"}},
+            },
+        },
     ]
 
 
@@ -51,6 +60,8 @@ def answer(message: dict[str, Any], listed: list[dict[str, Any]]) -> dict[str, A
     elif method == "tools/call":
         name = message["params"]["name"]
         result = {"content": [{"type": "text", "text": f"called {name}"}], "isError": False}
+        if name == "redos_out":
+            result["structuredContent"] = {"text": "a" * 40 + "!"}
     else:
         return {"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": "no"}}
     return {"jsonrpc": "2.0", "id": ident, "result": result}

@@ -115,6 +115,20 @@ async def test_hostile_mcp_schemas_become_observations(
     assert noted == ["tool badregex", "tool lookahead"]
 
 
+async def test_a_hostile_output_schema_cannot_stall_the_worker(
+    agent: Agent, tmp_path: Path, ref_server: Counting
+) -> None:
+    """The SDK checks structured content against the tool's output schema with Python's `re`
+    on the worker's event loop (today: stalled for hours); Capstan checks it with RE2, and
+    content that does not match is an observation."""
+    agent.configure(mcp_file=write_config(tmp_path, schema_server(ref_server.url)))
+    script = [say(call("schemas__redos_out", text="x")), say(call("finish", answer="done"))]
+    run = await agent.run(script, max_steps=3, timeout=120)
+    assert run.result.terminal_reason is TerminalReason.COMPLETED, run.result.error
+    (seen,) = observations(run, "schemas__redos_out")
+    assert "output schema" in seen and "does not match '^(a|a)+$'" in seen
+
+
 async def test_a_run_adds_deny_patterns_and_never_replaces_the_workers(
     agent: Agent, tmp_path: Path
 ) -> None:

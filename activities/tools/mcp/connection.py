@@ -12,6 +12,12 @@ The SDK's `Client` is an anyio context: it must be entered and left by one task.
 closes it; activities only send requests through it. A connection that broke (the process
 exited, the stream was cut, the server stopped answering) is retired: taken out of the pool
 and closed in the background, so the next call starts or dials the server afresh.
+
+The SDK checks a result's structured content against the tool's output schema with
+jsonschema and Python's `re`, on the worker's event loop: a server's `pattern` could stall
+every run on the worker. Each session's check is Capstan's instead (`capstan.core.schemas`:
+RE2, nothing fetched, bounded work, off the event loop), against the output schemas of the
+listings this connection made; content that does not match is `McpOutputError`.
 """
 
 from __future__ import annotations
@@ -34,8 +40,15 @@ from mcp.types import Tool as McpTool
 from pydantic import ValidationError
 
 from capstan.activities.tools.mcp.config import McpConfig, McpServerConfig
-from capstan.activities.tools.mcp.errors import McpUnavailableError, describe, leaf, scrub
+from capstan.activities.tools.mcp.errors import (
+    McpOutputError,
+    McpUnavailableError,
+    describe,
+    leaf,
+    scrub,
+)
 from capstan.activities.tools.mcp.transport import secrets_of, transport_for
+from capstan.core import schemas
 
 __all__ = ["McpConnection", "McpPool"]
 
@@ -57,6 +70,8 @@ class McpConnection:
         self._ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
+        #: the server's tool name -> its output schema, from this connection's listings
+        self._output_schemas: dict[str, dict[str, Any] | None] = {}
 
     @property
     def usable(self) -> bool:
@@ -103,6 +118,7 @@ class McpConnection:
                 cursor = page.next_cursor
                 if not cursor:
                     break
+        self._output_schemas = {t.name: t.output_schema for t in tools}
         return tools
 
     async def call(
@@ -146,6 +162,8 @@ class McpConnection:
         )
         try:
             async with client:
+                # the SDK's own check would match the server's regexes with `re` on this loop
+                client.session.validate_tool_result = self._check_output  # type: ignore[method-assign]
                 self._ready.set_result(client)
                 await self._stop.wait()
         except asyncio.CancelledError:
@@ -156,6 +174,22 @@ class McpConnection:
             if not self._ready.done():
                 self._ready.set_exception(exc)
             self.retired = True
+
+    async def _check_output(self, name: str, result: CallToolResult) -> None:
+        """What the SDK's `validate_tool_result` checks, with Capstan's validator."""
+        schema = self._output_schemas.get(name)
+        if schema is None:
+            return
+        content = result.structured_content
+        if content is None:
+            raise McpOutputError(
+                f"tool {name} has an output schema but returned no structured content"
+            )
+        checked = await asyncio.to_thread(schemas.check, schema, content)
+        problems = [checked.refused] if checked.refused else list(checked.errors)
+        if problems:
+            shown = scrub("; ".join(problems), self.secrets)
+            raise McpOutputError(f"the result of {name} does not match its output schema: {shown}")
 
     async def _on_message(self, message: IncomingMessage) -> None:
         if isinstance(message, Exception):

@@ -8,15 +8,25 @@
 
 Everything else the server says is an answer, not a failure of Capstan's: a tool's error
 result, a JSON-RPC error response, a call that did not finish within its timeout, a reply that
-is not MCP. Those become observations the model sees (see `servers`). Every message here names
-the server and never a secret: `scrub` removes the values the worker read from its environment.
+is not MCP, structured content that does not match the tool's output schema
+(`McpOutputError`, outside the tree: nothing broke). Those become observations the model sees
+(see `servers`). Every message here names the server and never a secret: `scrub` removes the
+values the worker read from its environment.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["McpBrokenError", "McpError", "McpUnavailableError", "describe", "leaf", "scrub"]
+__all__ = [
+    "McpBrokenError",
+    "McpError",
+    "McpOutputError",
+    "McpUnavailableError",
+    "describe",
+    "leaf",
+    "scrub",
+]
 
 
 class McpError(Exception):
@@ -35,6 +45,11 @@ class McpUnavailableError(McpError):
 
 class McpBrokenError(McpError):
     pass
+
+
+class McpOutputError(Exception):
+    """A result whose structured content does not match the tool's output schema (an answer
+    the model is told about, not a failure to talk to the server)."""
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:

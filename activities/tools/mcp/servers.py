@@ -44,6 +44,7 @@ from capstan.activities.tools.mcp.connection import McpConnection, McpPool
 from capstan.activities.tools.mcp.errors import (
     McpBrokenError,
     McpError,
+    McpOutputError,
     McpUnavailableError,
     describe,
     leaf,
@@ -195,6 +196,8 @@ class McpServers:
     ) -> ToolFailed:
         server = connection.server
         where = f"MCP server {server.name}, tool {tool}"
+        if isinstance(exc, McpOutputError):
+            return _failed(request, "error", f"{where}: {exc}")
         if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
             if not await connection.responsive():
                 self.pool.retire(connection)  # hung: the next call starts it afresh
