@@ -196,7 +196,9 @@ def check(schema: Mapping[str, Any], value: Any) -> Checked:
             refused=f"its schema refers to {_ref_of(exc)!r}, outside itself (never fetched)"
         )
     except RecursionError:
-        return Checked(refused="its schema refers to itself without end")
+        return Checked(refused="its schema refers to itself, or nests, too deeply to check them")
+    except Exception as exc:  # a keyword the metaschema allows but jsonschema cannot apply
+        return Checked(refused=f"its schema cannot be applied ({type(exc).__name__})")
     finally:
         _STEPS.reset(token)
     return Checked(
