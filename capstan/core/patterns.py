@@ -33,8 +33,8 @@ __all__ = [
 #: The longest pattern accepted. RE2's memory per pattern is bounded too (`_MAX_MEM`): a pattern
 #: whose program needs more (`a{1000}{1000}`) is refused, not compiled.
 MAX_PATTERN_CHARS = 1000
-_MAX_MEM = 2 << 20
-_CACHE = 256
+_MAX_MEM = 1 << 20
+_CACHE = 128
 _SYNTAX_HINT = " (patterns run in RE2: no backreferences, no lookaround, \\z instead of \\Z)"
 
 
