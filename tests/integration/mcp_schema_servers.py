@@ -11,7 +11,8 @@ would send; the SDK's server API would build them from signatures. Its tools:
 - `redos_out`: the same pattern in its output schema, and structured content that takes a
   backtracking engine hours to refuse (the SDK checks it on the worker's event loop).
 
-A call answers `called NAME` (`redos_out`: with that structured content). Never imported by Capstan; run by the tests over stdio.
+A call answers `called NAME` (`redos_out`: with that structured content). Never imported by
+Capstan; run by the tests over stdio.
 """
 
 from __future__ import annotations
