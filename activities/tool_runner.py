@@ -25,6 +25,7 @@ from capstan.activities.heartbeat import with_heartbeat
 from capstan.activities.tools.builtins import delegate_spec
 from capstan.activities.tools.mcp import McpBrokenError, McpListing, McpRequiredError, McpTools
 from capstan.activities.tools.registry import ToolContext, ToolRegistry
+from capstan.core import policy
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.core.activity_table import ActivityName
 from capstan.core.notify import NotifyKind
@@ -158,6 +159,11 @@ class ToolActivities:
         return clamp_sandbox(request.sandbox or SandboxLimits(), self.sandbox_ceiling)
 
     async def _run(self, request: RunToolInput) -> ToolSucceeded | ToolFailed:
+        if request.deny_patterns:  # arguments the gate could not read: checked here
+            text = await asyncio.to_thread(self.content.resolve, request.arguments)
+            problem = policy.denied_by(request.name, request.deny_patterns, text)
+            if problem is not None:
+                return ToolFailed(call_id=request.call_id, failure="denied", error=problem)
         if self.mcp is not None and self.mcp.owns(request.name):
             try:
                 return await self.mcp.call(request)

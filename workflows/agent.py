@@ -71,6 +71,7 @@ with workflow.unsafe.imports_passed_through():
         COMPACTION_PATCH,
         CONTEXT_PATCH,
         GUARDS_PATCH,
+        LEAST_PRIVILEGE_PATCH,
         PARALLEL_START_PATCH,
         REQUESTS_MEMO,
         TERMINAL_MEMO,
@@ -126,6 +127,10 @@ class AgentWorkflow:
             workflow.deprecate_patch(TOOL_POLICY_PATCH)
             workflow.deprecate_patch(CONTEXT_PATCH)
             workflow.deprecate_patch(GUARDS_PATCH)
+        # every execution asks (a continued one starts fresh, so it takes the new rules)
+        legacy_policy = not workflow.patched(LEAST_PRIVILEGE_PATCH)
+        if legacy_policy != self.state.legacy_policy:
+            self.state = dataclasses.replace(self.state, legacy_policy=legacy_policy)
         if not workflow.patched(COMPACTION_PATCH):  # recorded before compaction hysteresis
             context = dataclasses.replace(self.state.context, hysteresis=False)
             self.state = dataclasses.replace(self.state, context=context)

@@ -86,6 +86,9 @@ class RunToolInput(BaseModel):
     idempotency_key: str
     #: the run's limits, for the sandbox tools only (`SANDBOX_TOOLS`)
     sandbox: SandboxLimits | None = None
+    #: for arguments too large to travel inline (a ref the gate could not read): every
+    #: `(field, pattern)` that denies the call, which `run_tool` checks on the resolved text
+    deny_patterns: tuple[tuple[str, str], ...] | None = None
 
 
 class DescribeModelInput(BaseModel):

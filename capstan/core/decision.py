@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from capstan.core import budgets, context, delegation, limits
+from capstan.core import budgets, context, delegation, limits, policy
 from capstan.core.activity_io import (
     CallModelInput,
     CheckFinishInput,
@@ -29,6 +29,7 @@ from capstan.core.activity_io import (
     ListToolsInput,
     RunToolInput,
 )
+from capstan.core.content import BlobRef, Text
 from capstan.core.effects import (
     AwaitInput,
     CallModel,
@@ -46,6 +47,7 @@ from capstan.core.gate import open_requests
 from capstan.core.limits import HistoryGauge
 from capstan.core.spec import SANDBOX_TOOLS, RunResult, TerminalReason
 from capstan.core.state import Ending, RunState
+from capstan.core.tooling import ToolInfo
 
 __all__ = ["decide", "model_description", "result", "waits_fresh"]
 
@@ -185,6 +187,18 @@ def _listing(state: RunState) -> ListToolsInput:
     )
 
 
+def _unread_denials(
+    state: RunState, name: str, arguments: Text
+) -> tuple[tuple[str, str], ...] | None:
+    """The deny patterns `run_tool` must check itself: for arguments stored as a ref, which the
+    gate could not read (None when they are inline: the gate checked them)."""
+    assert state.catalog is not None
+    if not isinstance(arguments, BlobRef):
+        return None
+    info = state.catalog.tools.get(name, ToolInfo())
+    return policy.deny_patterns(name, info, state.spec, state.legacy_policy) or None
+
+
 def _run_tools(state: RunState) -> RunTools:
     assert state.catalog is not None
     turn = state.turn
@@ -204,6 +218,9 @@ def _run_tools(state: RunState) -> RunTools:
                 arguments=turn.approved_args.get(c.id, c.arguments),
                 idempotency_key=f"{_key_scope(state)}/{state.step}/{c.id}",
                 sandbox=state.spec.sandbox if c.name in SANDBOX_TOOLS else None,
+                deny_patterns=_unread_denials(
+                    state, c.name, turn.approved_args.get(c.id, c.arguments)
+                ),
             )
             for c in to_run
         ),

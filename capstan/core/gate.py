@@ -77,11 +77,15 @@ def _gate(state: RunState, call: ToolCall, *, alone: bool) -> Verdict:
 
 
 def _by_policy(state: RunState, call: ToolCall, info: ToolInfo) -> Verdict:
-    problem = policy.check_arguments(call.name, info, state.spec, call.arguments)
+    problem = policy.check_arguments(
+        call.name, info, state.spec, call.arguments, state.legacy_policy
+    )
     if problem is not None:
         failure = "denied" if problem.startswith("policy denies") else "invalid_arguments"
         return ToolFailed(call_id=call.id, failure=failure, error=problem)
-    decision, reason = policy.policy_for(call.name, info, state.spec, state.rule_of_two)
+    decision, reason = policy.policy_for(
+        call.name, info, state.spec, state.rule_of_two, state.legacy_policy
+    )
     if decision == "deny":
         return ToolFailed(call_id=call.id, failure="denied", error=f"denied by policy: {reason}")
     if decision == "allow" or call.name in state.steering.always:

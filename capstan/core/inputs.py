@@ -108,7 +108,9 @@ def _check_decision(state: RunState, d: Decision) -> str | None:
             return "an edit needs new arguments (JSON)"
         assert state.catalog is not None
         info = state.catalog.tools.get(request.tool, ToolInfo())
-        problem = policy.check_arguments(request.tool, info, state.spec, d.arguments)
+        problem = policy.check_arguments(
+            request.tool, info, state.spec, d.arguments, state.legacy_policy
+        )
         if problem is not None:
             return f"edited arguments rejected: {problem}"
     return None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from typing import Literal
 
 from capstan.core import patterns, privilege, schemas
@@ -25,6 +26,8 @@ __all__ = [
     "arguments_hash",
     "canonical_arguments",
     "check_arguments",
+    "denied_by",
+    "deny_patterns",
     "policy_for",
     "rule_of_two_applies",
 ]
@@ -60,12 +63,14 @@ def rule_of_two_applies(catalog: ToolCatalog, spec: RunSpec) -> bool:
 
 
 def policy_for(
-    name: str, info: ToolInfo, spec: RunSpec, rule_of_two: bool
+    name: str, info: ToolInfo, spec: RunSpec, rule_of_two: bool, legacy: bool = False
 ) -> tuple[PolicyDecision, str]:
-    """The decision for a call of `name` and the reason a reviewer is shown."""
+    """The decision for a call of `name` and the reason a reviewer is shown. `legacy`: the
+    precedence of executions recorded before `LEAST_PRIVILEGE_PATCH` (replay only)."""
     rule = spec.tool_policy.get(name)
     worker = _worker_decision(info.policy)
-    decision, reason = privilege.tool_decision(
+    decide = _legacy_decision if legacy else privilege.tool_decision
+    decision, reason = decide(
         name,
         worker,
         rule.decision if rule is not None else None,
@@ -81,6 +86,30 @@ def policy_for(
     return decision, reason
 
 
+def _legacy_decision(
+    name: str,
+    worker: PolicyDecision | None,
+    run: PolicyDecision | None,
+    *,
+    read_only: bool,
+    auto_approve: bool,
+) -> tuple[PolicyDecision, str]:
+    """Before `LEAST_PRIVILEGE_PATCH`: the run's rule, else the worker's, else the default;
+    auto-approve turned any ask into allow. Kept so recorded executions replay as they ran."""
+    decision: PolicyDecision
+    if run is not None:
+        decision, reason = run, f"run policy for {name}: {run}"
+    elif worker is not None:
+        decision, reason = worker, f"worker policy for {name}: {worker}"
+    elif read_only:
+        decision, reason = "allow", "read-only tool"
+    else:
+        decision, reason = "ask", f"{name} changes state"
+    if decision == "ask" and auto_approve:
+        decision, reason = "allow", "auto-approved for this run"
+    return decision, reason
+
+
 def _worker_decision(policy: str | None) -> PolicyDecision | None:
     """The worker's decision for a tool; anything else it carries (none) fails closed."""
     if policy is None or policy in ("allow", "ask", "deny"):
@@ -88,10 +117,13 @@ def _worker_decision(policy: str | None) -> PolicyDecision | None:
     return "deny"
 
 
-def check_arguments(name: str, info: ToolInfo, spec: RunSpec, arguments: Text) -> str | None:
-    """Why these arguments may not run (schema or a denied pattern), or None."""
+def check_arguments(
+    name: str, info: ToolInfo, spec: RunSpec, arguments: Text, legacy: bool = False
+) -> str | None:
+    """Why these arguments may not run (schema or a denied pattern), or None. `legacy`: a run's
+    pattern for a field replaces the worker's, as before `LEAST_PRIVILEGE_PATCH` (replay)."""
     if isinstance(arguments, BlobRef):
-        return None  # large arguments are validated by the tool activity itself
+        return None  # too large to read here: `run_tool` checks them (`denied_by`)
     try:
         value = json.loads(arguments or "{}")
     except json.JSONDecodeError as exc:
@@ -104,16 +136,37 @@ def check_arguments(name: str, info: ToolInfo, spec: RunSpec, arguments: Text) -
             return f"{name} cannot be called: {checked.refused}"
         if checked.errors:
             return f"arguments do not match the schema of {name}: {'; '.join(checked.errors)}"
-    return _denied(name, info, spec, value)
+    return _denied(name, deny_patterns(name, info, spec, legacy), value)
 
 
-def _denied(name: str, info: ToolInfo, spec: RunSpec, value: object) -> str | None:
-    """The first deny pattern `value` matches: the worker's and the run's all apply (a run adds
-    patterns, it never replaces the worker's). A pattern RE2 cannot compile (one recorded before
-    patterns were checked where they enter) denies: the policy fails closed."""
+def deny_patterns(
+    name: str, info: ToolInfo, spec: RunSpec, legacy: bool = False
+) -> tuple[tuple[str, str], ...]:
+    """Every `(field, pattern)` that denies a call of `name`: the worker's and the run's all
+    apply (a run adds patterns, it never replaces the worker's; `legacy`: it did before
+    `LEAST_PRIVILEGE_PATCH`)."""
     rule = spec.tool_policy.get(name)
     own = sorted(rule.deny_arguments.items()) if rule is not None else []
-    for field, pattern in [*sorted(info.deny_arguments.items()), *own]:
+    workers = sorted(info.deny_arguments.items())
+    if legacy:
+        workers = [(f, p) for f, p in workers if f not in dict(own)]
+    return (*workers, *own)
+
+
+def denied_by(name: str, denying: Iterable[tuple[str, str]], arguments: str) -> str | None:
+    """Why `arguments` (JSON text) match one of `denying`, or None: the check `run_tool` makes
+    on arguments too large to travel inline, which the gate could not read."""
+    try:
+        value = json.loads(arguments or "{}")
+    except (json.JSONDecodeError, RecursionError):
+        return None  # the tool refuses arguments that are not JSON itself
+    return _denied(name, denying, value)
+
+
+def _denied(name: str, denying: Iterable[tuple[str, str]], value: object) -> str | None:
+    """The first deny pattern `value` matches. A pattern RE2 cannot compile (one recorded
+    before patterns were checked where they enter) denies: the policy fails closed."""
+    for field, pattern in denying:
         field_value = value.get(field) if isinstance(value, dict) else None
         if not isinstance(field_value, str):
             continue

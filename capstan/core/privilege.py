@@ -26,10 +26,12 @@ as permissive as the least permissive of its inputs allows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Literal
 
 from capstan.core.spec import RunSpec, SandboxLimits, ToolRule
+from capstan.core.strict import revised
 
 __all__ = [
     "ADMIN",
@@ -54,7 +56,7 @@ ADMIN = "admin"
 OPERATOR: frozenset[str] = frozenset({ADMIN})
 
 #: How strict each decision is: the stricter of two wins.
-STRICTNESS: dict[PolicyDecision, int] = {"allow": 0, "ask": 1, "deny": 2}
+STRICTNESS: Mapping[PolicyDecision, int] = MappingProxyType({"allow": 0, "ask": 1, "deny": 2})
 
 #: Spec flags that let tools run with no person watching.
 _UNATTENDED = ("auto_approve", "waive_rule_of_two")
@@ -114,13 +116,12 @@ def narrowed(spec: RunSpec, scopes: Iterable[str]) -> RunSpec:
         else rule
         for tool, rule in spec.tool_policy.items()
     }
-    return spec.model_copy(
-        update={
-            **dict.fromkeys(_UNATTENDED, False),
-            "tool_policy": rules,
-            "sandbox": spec.sandbox.model_copy(update={"network": False}),
-            "delegates": {name: narrowed(child, held) for name, child in spec.delegates.items()},
-        }
+    return revised(
+        spec,
+        **dict.fromkeys(_UNATTENDED, False),
+        tool_policy=rules,
+        sandbox=revised(spec.sandbox, network=False),
+        delegates={name: narrowed(child, held) for name, child in spec.delegates.items()},
     )
 
 
@@ -178,4 +179,4 @@ def clamp_sandbox(asked: SandboxLimits, ceiling: SandboxLimits) -> SandboxLimits
         field: min(getattr(asked, field), getattr(ceiling, field)) for field in _LIMITS
     }
     lowered["network"] = asked.network and ceiling.network
-    return asked.model_copy(update=lowered)
+    return revised(asked, **lowered)

@@ -182,6 +182,9 @@ class RunState:
     diagnostics: tuple[str, ...] = ()
     #: the children this run started (`delegate`), most recent last (`children.MAX_CHILDREN`)
     children: tuple[ChildRun, ...] = ()
+    #: this execution was recorded before `LEAST_PRIVILEGE_PATCH`: its run's tool rules take
+    #: precedence over the worker's, as they did then (set by the workflow, for replay only)
+    legacy_policy: bool = False
 
     @property
     def terminal(self) -> TerminalReason | None:

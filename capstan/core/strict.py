@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from pydantic import (
     BaseModel,
@@ -24,7 +24,9 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-__all__ = ["StrictModel", "describe_invalid", "unknown_fields_problem"]
+__all__ = ["StrictModel", "describe_invalid", "revised", "unknown_fields_problem"]
+
+M = TypeVar("M", bound=BaseModel)
 
 #: A one-line description keeps this many errors and characters.
 _MAX_ERRORS = 3
@@ -101,3 +103,15 @@ def describe_invalid(exc: ValidationError) -> str:
     line = "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
     line = " ".join(line.split())
     return line if len(line) <= _MAX_CHARS else line[: _MAX_CHARS - 1] + "…"
+
+
+def revised(model: M, **changes: object) -> M:
+    """`model` with `changes`, validated like input; a name that is not a field of it raises.
+
+    The core's way to change a pydantic model: `model_copy(update=...)` takes any key and any
+    value silently (a typo changes nothing, a wrong type goes unchecked)."""
+    fields = type(model).model_fields
+    unknown = [name for name in changes if name not in fields]
+    if unknown:
+        raise ValueError(f"{type(model).__name__}: {unknown_fields_problem(unknown, fields)}")
+    return type(model).model_validate({**dict(model), **changes})

@@ -90,6 +90,13 @@ PARALLEL_START_PATCH = "parallel-start-v1"
 #: worker's cache no longer holds replays a few events. Runs recorded before it wait in place.
 WAIT_FRESH_PATCH = "wait-fresh-v1"
 
+#: `workflow.patched` id: the worker's tool policy is a ceiling a run may narrow, never widen
+#: (`capstan.core.privilege.tool_decision`), and the worker's `deny_arguments` always apply.
+#: Executions recorded before it replay with the rules they ran with (`RunState.legacy_policy`):
+#: a parked run that relied on the old precedence is not stuck on replay, and it moves to the
+#: new rules at its next continue-as-new (a fresh execution records the marker).
+LEAST_PRIVILEGE_PATCH = "least-privilege-v1"
+
 
 class AgentInput(BaseModel):
     """The workflow input: the spec, plus the carried state after a continue-as-new."""
