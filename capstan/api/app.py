@@ -20,6 +20,7 @@ from capstan.api.auth import TokenStore, load_tokens
 from capstan.api.backend import Backend, WriteLimiter
 from capstan.api.document import operation_id, shape_document
 from capstan.api.errors import BodyLimit, install_error_handlers
+from capstan.api.headers import HeaderGuard
 from capstan.api.settings import ApiSettings
 from capstan.client.runs import CapstanClient
 from capstan.runtime.config import Settings
@@ -54,6 +55,7 @@ def create_app(
     app.include_router(thread_routes.router)
     app.include_router(pages.router)
     app.add_middleware(BodyLimit, limit=api.max_body_bytes)
+    app.add_middleware(HeaderGuard)  # outermost: headers are checked before a body is read
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -15,9 +15,19 @@ send, cancel, grants), `approve` (decide approvals, answer questions), `admin` (
 starting runs that weaken the gate). Tokens are kept only as their sha256, so a token is never
 held in memory in plain text after loading and lookups take the same time whatever it says.
 
-The browser inbox signs in once with a token, kept in an HttpOnly, SameSite=Strict cookie; a
-request authenticated by that cookie that changes anything must carry the `X-Capstan-Request`
-header, which no other site can send without CORS (which this server never grants).
+The browser inbox signs in once with a token, kept in an HttpOnly, SameSite=Lax cookie. A
+request that changes anything with that cookie, and the sign-in form itself, must come from
+this server's own pages: its `Origin` (or, when a browser sends none, its `Referer`) names this
+server (`same_origin`), and both missing is a refusal. Without that check on the sign-in, a
+form on any site could sign a browser in as the attacker's identity (login CSRF): the reviewer
+would then approve in someone else's name. A cookie-authenticated write must also carry the
+`X-Capstan-Request` header, which no other site can send without CORS (never granted here).
+
+SameSite=Lax rather than Strict: every state change is already refused unless it comes from
+this server's pages (above), and Lax still keeps the cookie off every cross-site request but a
+top-level GET navigation, which is what a link in a notification (`CAPSTAN_INBOX_URL`) is:
+with Strict such a link opens the sign-in page although the reviewer is signed in. GETs change
+nothing here, and the pages refuse to be framed (`frame-ancestors 'none'`).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -43,9 +54,11 @@ __all__ = [
     "Principal",
     "Scope",
     "TokenStore",
+    "check_page_write",
     "digest",
     "load_tokens",
     "require",
+    "same_origin",
 ]
 
 COOKIE = "capstan_token"
@@ -152,14 +165,60 @@ def _unauthorized(message: str) -> ApiError:
     return ApiError(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
 
 
+def _site(scheme: str, netloc: str) -> str:
+    """`host[:port]` in lower case, without the scheme's default port."""
+    netloc = netloc.lower()
+    default = {"http": ":80", "https": ":443"}.get(scheme, "")
+    return netloc.removesuffix(default) if default else netloc
+
+
+def _trusted_sites(request: Request) -> set[str]:
+    """The sites this server's pages are served from: the host the request was sent to, and
+    `CAPSTAN_INBOX_URL` (the public address behind a proxy that rewrites `Host`)."""
+    host = request.headers.get("host", "").lower()
+    sites = {host.removesuffix(":80"), host.removesuffix(":443")} if host else set()
+    inbox = getattr(request.app.state.backend.settings, "inbox_url", None)
+    if inbox:
+        parts = urlsplit(inbox)
+        sites.add(_site(parts.scheme, parts.netloc))
+    return sites
+
+
+def same_origin(request: Request) -> bool:
+    """The request comes from a page of this server: its `Origin` names this server, or it has
+    no `Origin` and its `Referer` does. Neither (or `Origin: null`, an opaque origin) is False."""
+    source = request.headers.get("origin")
+    if source is None:
+        source = request.headers.get("referer")
+    if not source:
+        return False
+    parts = urlsplit(source)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return False
+    return _site(parts.scheme, parts.netloc) in _trusted_sites(request)
+
+
+def check_page_write(request: Request) -> None:
+    """A cookie-authenticated write: with the page's header, from this server's pages."""
+    if CSRF_HEADER.lower() not in request.headers:
+        raise ApiError(403, "forbidden", f"a signed-in page must send {CSRF_HEADER}")
+    if not same_origin(request):
+        raise ApiError(
+            403,
+            "forbidden",
+            "a signed-in page's request must come from this server's own pages "
+            "(its Origin or Referer names another site, or neither was sent)",
+        )
+
+
 def authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
     """The principal of a request, from its bearer token or the inbox's cookie."""
     store: TokenStore = request.app.state.tokens
     if credentials is not None:
         token = credentials.credentials
     elif (cookie := request.cookies.get(COOKIE)) is not None:
-        if request.method not in _SAFE_METHODS and CSRF_HEADER.lower() not in request.headers:
-            raise ApiError(403, "forbidden", f"a signed-in page must send {CSRF_HEADER}")
+        if request.method not in _SAFE_METHODS:
+            check_page_write(request)
         token = cookie
     else:
         raise _unauthorized("no bearer token: send `Authorization: Bearer TOKEN`")

@@ -6,7 +6,10 @@ Codes and statuses: `unauthorized` 401 (no or bad token), `forbidden` 403 (a sco
 `run_not_found` 404 (unknown run, or a run of another tenant: the same body), `conflict` 409
 (a steering input the run cannot take, an id in use), `too_large` 413 (refused before the body
 is read), `invalid` 422 (names the field), `rate_limited` 429 and `temporal_unavailable` 503
-(both with Retry-After), `internal` 500 (the details go to the server log only).
+(both with Retry-After), `codec_key` 500 (the run is encrypted and this server has no key, or
+not the one it was encrypted with: the message names the key id and `CAPSTAN_CODEC_KEYS` /
+`CAPSTAN_CODEC_KEY_FILE`, never key material), `internal` 500 (the details go to the server log
+only).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from capstan.client.runs import (
     SteeringError,
     UpdateTimeoutError,
 )
-from capstan.runtime.blobstore import BlobError
+from capstan.runtime.blobstore import BlobError, BlobKeyError
+from capstan.runtime.codec import CodecError
 from capstan.runtime.temporal_connection import TemporalConnectError
 
 __all__ = [
@@ -167,6 +171,9 @@ def _translate(exc: Exception) -> ApiError:
         return _unavailable()
     if isinstance(exc, RPCError):
         return _from_rpc(exc)
+    if isinstance(exc, CodecError | BlobKeyError):
+        log.error("codec: %s", exc)  # key ids and setting names only: never key material
+        return ApiError(500, "codec_key", f"this server cannot decrypt the run: {exc}")
     if isinstance(exc, BlobError):
         log.error("blob store: %s", exc)
         return ApiError(500, "internal", "the content store could not be read")
@@ -188,6 +195,7 @@ def install_error_handlers(app: FastAPI) -> None:
         TemporalConnectError,
         RPCError,
         BlobError,
+        CodecError,
         Exception,
     ):
         app.add_exception_handler(kind, handle)

@@ -27,6 +27,7 @@ __all__ = [
     "content_security_policy",
     "inbox_page",
     "login_page",
+    "logout_page",
     "message_page",
     "run_page",
 ]
@@ -170,8 +171,8 @@ def cards(items: Iterable[Item], now: datetime) -> str:
 
 def _page(title: str, body: str, nonce: str, principal: Principal | None, attrs: str = "") -> str:
     who = (
-        f'<p class="who">{_e(principal.identity)} · tenant {_e(principal.tenant)} · '
-        '<a href="/logout">sign out</a></p>'
+        f'<form class="who" method="post" action="/logout">{_e(principal.identity)} · tenant '
+        f'{_e(principal.tenant)} · <button type="submit" class="link">sign out</button></form>'
         if principal
         else ""
     )
@@ -253,6 +254,16 @@ def login_page(nonce: str, error: str = "") -> str:
 <div class="buttons"><button type="submit" class="primary">Sign in</button></div>
 </form>"""
     return _page("Sign in · Capstan", body, nonce, None)
+
+
+def logout_page(nonce: str, error: str = "") -> str:
+    """Signing out is a form too (a link would let any site sign a browser out)."""
+    problem = f'<p class="result error" role="alert">{_e(error)}</p>' if error else ""
+    body = f"""<h2>Sign out</h2>{problem}
+<form method="post" action="/logout" class="card">
+<div class="buttons"><button type="submit" class="primary">Sign out</button></div>
+</form>"""
+    return _page("Sign out · Capstan", body, nonce, None)
 
 
 def message_page(title: str, text: str, nonce: str, principal: Principal | None) -> str:

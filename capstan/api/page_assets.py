@@ -42,6 +42,8 @@ button { font: inherit; padding: .35rem .8rem; border-radius: 6px; border: 1px s
   background: #fff; cursor: pointer; }
 button.primary { background: var(--accent); border-color: var(--accent); color: #fff; }
 button.danger { border-color: var(--bad); color: var(--bad); }
+button.link { padding: 0; border: 0; background: none; color: var(--accent);
+  text-decoration: underline; cursor: pointer; font-size: inherit; }
 button:focus-visible, a:focus-visible, textarea:focus-visible, input:focus-visible {
   outline: 3px solid #f2b705; outline-offset: 1px; }
 .result { min-height: 1.2em; margin: .4rem 0 0; font-size: .9rem; }

@@ -1,8 +1,12 @@
 """The inbox pages: sign-in, the inbox at `/`, a run's page, and the fragments and stream the
 inbox script reads. Not part of the OpenAPI document (they serve people, not programs).
 
-A page signs in with a token once (`POST /login` puts it in an HttpOnly, SameSite=Strict
-cookie); the page's own writes then go to the JSON API with the `X-Capstan-Request` header.
+A page signs in with a token once (`POST /login` puts it in an HttpOnly, SameSite=Lax cookie;
+see `capstan.api.auth` for why Lax); the page's own writes then go to the JSON API with the
+`X-Capstan-Request` header. Signing in and out are forms: each is refused unless it comes from
+this server's own pages (`same_origin`), so no other site can sign a browser in as someone
+else. The pages send `Referrer-Policy: same-origin`: with `no-referrer` a browser sends
+`Origin: null` on a page's own posts, which the check must refuse.
 Open requests come from the runs' memos — one listing call for every run of the tenant — which
 is also what the inbox stream watches to tell the page that requests opened or closed.
 """
@@ -13,6 +17,8 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
 from typing import Annotated
 from urllib.parse import parse_qs
 
@@ -22,7 +28,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from capstan.api.auth import COOKIE, Principal, Scope, TokenStore, authenticate
+from capstan.api.auth import COOKIE, Principal, Scope, TokenStore, authenticate, same_origin
 from capstan.api.backend import api_settings, tenancy
 from capstan.api.errors import ApiError
 from capstan.api.inbox import (
@@ -33,15 +39,17 @@ from capstan.api.inbox import (
     content_security_policy,
     inbox_page,
     login_page,
+    logout_page,
     message_page,
     run_page,
 )
-from capstan.api.preview import write_preview
+from capstan.api.preview import bounded, write_preview
 from capstan.api.settings import ApiSettings
 from capstan.api.stream import sse
 from capstan.api.tenancy import OpenRun, Tenancy
+from capstan.core.steering import ApprovalRequest
 from capstan.core.workflow_io import REQUESTS_MEMO, OpenRequests
-from capstan.runtime.blobstore import BlobError
+from capstan.runtime.blobstore import BlobError, ContentStore
 
 __all__ = ["router"]
 
@@ -58,7 +66,7 @@ def _html(text: str, nonce: str, status: int = 200) -> HTMLResponse:
         headers={
             "Content-Security-Policy": content_security_policy(nonce),
             "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer",
+            "Referrer-Policy": "same-origin",  # no-referrer makes a page's own Origin null
             "Cache-Control": "no-store",
         },
     )
@@ -81,7 +89,19 @@ def _signed_in(request: Request) -> Principal | None:
     return principal
 
 
-def _items(runs: Tenancy, open_runs: list[OpenRun], tenant: str) -> list[Item]:
+def _approval(
+    content: ContentStore, workspace: Path | None, run_id: str, r: ApprovalRequest, tenant: str
+) -> ApprovalItem:
+    """One approval card's data: its arguments from the content store, the write's preview
+    (blocking: run through `bounded`)."""
+    try:
+        arguments = content.resolve(r.arguments)
+    except BlobError:
+        arguments = '"[the arguments cannot be read from the content store]"'
+    return ApprovalItem(run_id, r, arguments, write_preview(r.tool, arguments, workspace), tenant)
+
+
+async def _items(runs: Tenancy, open_runs: list[OpenRun], tenant: str) -> list[Item]:
     content = runs.client.content()
     workspace = runs.client.settings.workspace_dir
     items: list[Item] = []
@@ -90,12 +110,9 @@ def _items(runs: Tenancy, open_runs: list[OpenRun], tenant: str) -> list[Item]:
         # decided through the root, which routes them to the child that opened them
         root = run.run_id.split("/", 1)[0]
         for r in run.requests.approvals:
-            try:
-                arguments = content.resolve(r.arguments)
-            except BlobError:
-                arguments = '"[the arguments cannot be read from the content store]"'
-            preview = write_preview(r.tool, arguments, workspace)
-            items.append(ApprovalItem(root, r, arguments, preview, tenant))
+            item = await bounded(partial(_approval, content, workspace, root, r, tenant))
+            late = '"[the arguments and the preview took too long to read]"'
+            items.append(item or ApprovalItem(root, r, late, None, tenant))
         items += [QuestionItem(root, q) for q in run.requests.questions]
     return items
 
@@ -104,7 +121,7 @@ async def _run_items(runs: Tenancy, run_id: str, principal: Principal) -> list[I
     desc = await runs.owned(run_id, principal)
     if desc.status != WorkflowExecutionStatus.RUNNING:
         return []
-    return _items(runs, await _tree_requests(runs, run_id, desc), principal.tenant)
+    return await _items(runs, await _tree_requests(runs, run_id, desc), principal.tenant)
 
 
 async def _tree_requests(
@@ -126,23 +143,40 @@ async def login_form() -> HTMLResponse:
     return _html(login_page(nonce), nonce)
 
 
+_OTHER_SITE = (
+    "This form was sent from another site (or without saying where from): sign in on this "
+    "page instead."
+)
+
+
 @router.post("/login")
 async def login(request: Request, api: Annotated[ApiSettings, Depends(api_settings)]) -> Response:
+    nonce = secrets.token_urlsafe(16)
+    if not same_origin(request):  # login CSRF: another site's form signing you in as someone
+        return _html(login_page(nonce, _OTHER_SITE), nonce, 403)
     form = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = (form.get("token") or [""])[0].strip()
     store: TokenStore = request.app.state.tokens
     if store.find(token) is None:
-        nonce = secrets.token_urlsafe(16)
         return _html(login_page(nonce, "That token is not valid."), nonce, 401)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(
-        COOKIE, token, httponly=True, samesite="strict", secure=api.secure_cookies, path="/"
+        COOKIE, token, httponly=True, samesite="lax", secure=api.secure_cookies, path="/"
     )
     return response
 
 
 @router.get("/logout")
-async def logout() -> Response:
+async def logout_form() -> HTMLResponse:
+    nonce = secrets.token_urlsafe(16)
+    return _html(logout_page(nonce), nonce)
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    if not same_origin(request):
+        nonce = secrets.token_urlsafe(16)
+        return _html(logout_page(nonce, _OTHER_SITE.replace("sign in", "sign out")), nonce, 403)
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response
@@ -154,7 +188,7 @@ async def inbox(request: Request) -> Response:
     if principal is None:
         return RedirectResponse("/login", status_code=303)
     runs: Tenancy = await tenancy(request)
-    items = _items(runs, await runs.open_runs(principal), principal.tenant)
+    items = await _items(runs, await runs.open_runs(principal), principal.tenant)
     nonce = secrets.token_urlsafe(16)
     return _html(inbox_page(items, principal, nonce, datetime.now(UTC)), nonce)
 
@@ -167,7 +201,7 @@ async def inbox_items(request: Request, runs: Runs, run: str | None = None) -> H
     if run is not None:
         items = await _run_items(runs, run, principal)
     else:
-        items = _items(runs, await runs.open_runs(principal), principal.tenant)
+        items = await _items(runs, await runs.open_runs(principal), principal.tenant)
     return HTMLResponse(cards(items, datetime.now(UTC)), headers={"Cache-Control": "no-store"})
 
 

@@ -18,7 +18,7 @@ from capstan.api.backend import api_settings, tenancy, writer
 from capstan.api.errors import ERROR_RESPONSES, ApiError
 from capstan.api.models import AuditCheck, RunRequest, StartedRun, Whoami, spec_of
 from capstan.api.settings import ApiSettings
-from capstan.api.stream import run_stream
+from capstan.api.stream import IncludeQuery, run_stream
 from capstan.api.tenancy import RUN_ID_PATTERN, Tenancy
 from capstan.audit.history import decode_history, load_histories
 from capstan.audit.render import render_trail
@@ -157,6 +157,7 @@ async def watch_run(
     api: Annotated[ApiSettings, Depends(api_settings)],
     start: Annotated[int, Query(alias="from", ge=0, le=10**9)] = 0,
     last_event_id: Annotated[str | None, Header(max_length=20)] = None,
+    include: IncludeQuery = None,
 ) -> EventStreamResponse:
     """The run's step events as they happen, then `end` (`capstan watch --json` as SSE).
     Resume with `Last-Event-ID` (the last id seen) or `?from=N` (the first event wanted)."""
@@ -165,7 +166,14 @@ async def watch_run(
         if not last_event_id.strip().isdigit():
             raise ApiError(422, "invalid", "Last-Event-ID must be an event number", field="header")
         start = int(last_event_id) + 1
-    stream = run_stream(runs.client, run_id, start, api.stream_poll_seconds, api.live_text_seconds)
+    stream = run_stream(
+        runs.client,
+        run_id,
+        start,
+        api.stream_poll_seconds,
+        api.live_text_seconds,
+        include=include or (),
+    )
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     return EventStreamResponse(stream, headers=headers)
 

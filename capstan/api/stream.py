@@ -22,6 +22,12 @@ history events. `ChainEvents` derives events for the current run of the chain on
 closed run once, so an event costs the same at step 1,000 as at step 1 (the current run is
 bounded by continue-as-new). Model text is read from heartbeats only while a model call is in
 flight, so an idle stream (a run waiting days for approval) costs one long poll per interval.
+
+Bookkeeping events stay out unless asked for (`?include=continued_as_new`): a run continues as
+new before each wait for a person (short replays when the decision wakes it), which says
+nothing about the run to its reader. Their numbers stay reserved: the ids of the other events
+are the same with or without them, so `Last-Event-ID` works either way. A stream that cannot
+decrypt the run (this server lacks its codec key) ends with an `error` event naming the key.
 """
 
 from __future__ import annotations
@@ -29,9 +35,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterable
+from enum import StrEnum
+from typing import Annotated, Any
 
+from fastapi import Query
 from temporalio.service import RPCError
 
 from capstan.audit.events import RunEvent, derive_events
@@ -39,8 +47,26 @@ from capstan.audit.follow import HistoryFollower
 from capstan.audit.history import Entry
 from capstan.client.runs import CapstanClient
 from capstan.client.watch import watch_live
+from capstan.runtime.codec import CodecError
 
-__all__ = ["ChainEvents", "run_stream", "sse"]
+__all__ = ["ChainEvents", "IncludeQuery", "StreamExtra", "run_stream", "sse"]
+
+
+class StreamExtra(StrEnum):
+    """Events a run's stream carries only when the client asks for them."""
+
+    #: the run continued as new (before each wait for a person, and when history grows long)
+    CONTINUED_AS_NEW = "continued_as_new"
+
+
+IncludeQuery = Annotated[
+    list[StreamExtra] | None,
+    Query(
+        description="Bookkeeping events to include as well (repeat for several): "
+        "`continued_as_new` marks each continue-as-new of the run (one before every wait for "
+        "a person); left out by default. Event ids are the same either way."
+    ),
+]
 
 _MODEL_KINDS = frozenset({"step_started", "model_replied", "model_failed", "run_ended"})
 
@@ -117,9 +143,17 @@ async def _live_texts(
 
 
 async def run_stream(
-    client: CapstanClient, run_id: str, start: int, wait: float, live_every: float
+    client: CapstanClient,
+    run_id: str,
+    start: int,
+    wait: float,
+    live_every: float,
+    *,
+    include: Iterable[StreamExtra] = (),
 ) -> AsyncIterator[str]:
-    """The SSE messages of one run from event `start` on, ending with `end`."""
+    """The SSE messages of one run from event `start` on, ending with `end`; the events of
+    `StreamExtra` only when `include` names them."""
+    hidden = {kind.value for kind in StreamExtra} - {StreamExtra(k).value for k in include}
     yield "retry: 2000\n\n"
     follower = await HistoryFollower.start(client.client, run_id)
     if follower is None:
@@ -138,14 +172,18 @@ async def run_stream(
             # Temporal went away: end here; the client reconnects with Last-Event-ID
             yield sse({"message": "the Temporal service is not reachable"}, "error")
             return
+        except CodecError as exc:  # key ids and setting names only, never key material
+            yield sse({"message": f"this server cannot decrypt the run: {exc}"}, "error")
+            return
         finally:
             if not poll.done():
                 poll.cancel()
                 with contextlib.suppress(asyncio.CancelledError, RPCError):
                     await poll
         for event in chain.new_events(next_seq) if grew else []:
-            yield sse(event.model_dump(mode="json"), "run_event", event.seq)
-            next_seq = event.seq + 1
+            next_seq = event.seq + 1  # a hidden event is passed over, never sent later
+            if event.kind not in hidden:
+                yield sse(event.model_dump(mode="json"), "run_event", event.seq)
         if follower.closed:
             ending = next((e.summary for e in chain.current if e.kind == "run_ended"), None)
             yield sse({"run_id": run_id, "terminal_reason": ending, "next": next_seq}, "end")

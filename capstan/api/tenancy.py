@@ -63,7 +63,9 @@ __all__ = [
 
 TENANT_MEMO = "capstan_tenant"
 DEFAULT_TENANT = "default"
-#: run ids the API accepts (path parameters and `RunSpec.run_id`)
+#: run ids the API accepts (path parameters and `RunSpec.run_id`). Python checks it with
+#: `fullmatch`: its `$` also matches before a trailing newline, so `match` let "run-1\n" in;
+#: pydantic (path parameters) runs it in Rust's engine, where `$` is the end of the text
 RUN_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 TENANT_KEY = SearchAttributeKey.for_keyword(TENANT_SEARCH_ATTRIBUTE)
@@ -143,7 +145,7 @@ class Tenancy:
 
     async def owned(self, run_id: str, principal: Principal) -> WorkflowExecutionDescription:
         """The run's description, if the principal's tenant owns it; 404 otherwise."""
-        if not _RUN_ID.match(run_id):
+        if not _RUN_ID.fullmatch(run_id):
             raise not_found(run_id)
         try:
             desc = await self.client.describe(run_id)
@@ -156,7 +158,7 @@ class Tenancy:
     async def start(self, spec: RunSpec, principal: Principal) -> str:
         """Start a run owned by the principal's tenant. An id is never reused, so an id names
         one run (and one tenant) forever."""
-        if spec.run_id is not None and not _RUN_ID.match(spec.run_id):
+        if spec.run_id is not None and not _RUN_ID.fullmatch(spec.run_id):
             raise ApiError(
                 422, "invalid", f"run_id must match {RUN_ID_PATTERN}", field="body.run_id"
             )
@@ -185,7 +187,7 @@ class Tenancy:
     async def _scoped(self, query: str, tenant: str) -> str:
         """`query` narrowed on the server to the tenant's runs and the runs with no tenant
         attribute (the memo decides those), when the namespace has the attribute."""
-        if not _QUERYABLE.match(tenant) or not await self.index.ready(self.client.client):
+        if not _QUERYABLE.fullmatch(tenant) or not await self.index.ready(self.client.client):
             return query
         name = TENANT_SEARCH_ATTRIBUTE
         return f"{query} AND ({name} = '{tenant}' OR {name} IS NULL)"
@@ -199,7 +201,7 @@ class Tenancy:
             if wf.id in seen:
                 continue
             seen.add(wf.id)
-            if tenant_of(await wf.memo()) == principal.tenant and _RUN_ID.match(wf.id):
+            if tenant_of(await wf.memo()) == principal.tenant and _RUN_ID.fullmatch(wf.id):
                 yield wf
 
     async def runs(

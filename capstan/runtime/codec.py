@@ -162,7 +162,7 @@ def _parse_keys(text: str, origin: str) -> list[tuple[str, bytes]]:
             continue
         key_id, sep, encoded = entry.partition(":")
         key_id = key_id.strip()
-        if not sep or not _KEY_ID.match(key_id):
+        if not sep or not _KEY_ID.fullmatch(key_id):
             raise ConfigError(
                 f"{origin}: each key is `id:base64` with an id of letters, digits, '.', '_' "
                 f"or '-' (got an entry starting {entry[:12]!r}...)"
@@ -314,14 +314,20 @@ async def decrypt_history(history: WorkflowHistory, converter: DataConverter) ->
 
 async def decrypt_events(events: Iterable[HistoryEvent], converter: DataConverter) -> None:
     """Decode, in place, every encrypted payload of `events` (inputs, results, memos, signal
-    and update arguments, heartbeat details) and restore encrypted failure messages."""
-    if converter.payload_codec is None:
-        return
+    and update arguments, heartbeat details) and restore encrypted failure messages.
+
+    Without a codec an encrypted payload is a `CodecError` naming its key id and the settings
+    that give keys: left in place, it would reach every reader of the history as an
+    "undecodable" value (the audit then failed on an attribute deep inside)."""
     payloads: list[Payload] = []
     failures: list[Failure] = []
     for event in events:
         _collect(event, payloads, failures)
     sealed = [p for p in payloads if p.metadata.get("encoding") == ENCODING]
+    if converter.payload_codec is None:
+        if sealed:
+            raise _no_key(_key_id_of(sealed[0]))
+        return
     if sealed:
         for target, plain in zip(sealed, await converter.payload_codec.decode(sealed), strict=True):
             target.CopyFrom(plain)

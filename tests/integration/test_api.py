@@ -257,7 +257,8 @@ async def test_tokens_and_scopes(agent: Agent) -> None:
         }
         r = await http.post("/api/runs", json=body)
         assert r.status_code == 403 and "X-Capstan-Request" in r.json()["error"]["message"]
-        r = await http.post("/api/runs", json=body, headers={"X-Capstan-Request": "1"})
+        page = {"X-Capstan-Request": "1", "Origin": "http://api"}  # from the server's pages
+        r = await http.post("/api/runs", json=body, headers=page)
         assert r.status_code == 201
         await agent.client.cancel(r.json()["run_id"])
 

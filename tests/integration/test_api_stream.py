@@ -80,7 +80,7 @@ async def test_resume_across_continue_as_new_and_a_worker_restart(agent: Agent) 
             body = body_of(agent.spec(continue_as_new_every=2))
             r = await http.post("/api/runs", json=body, headers=auth(ALICE))
             run_id = r.json()["run_id"]
-            url = f"/api/runs/{run_id}/events"
+            url = f"/api/runs/{run_id}/events?include=continued_as_new"  # every event
             # mid-run, after the chain has continued as new at least once
             await collect(
                 http,
