@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from capstan.activities.providers.profiles import ProfileError, check_profiles
 from capstan.activities.tools.jail import SandboxSettings
 from capstan.activities.tools.mcp import McpConfig
-from capstan.activities.tools.offering import offer_lines, open_to_every_run
+from capstan.activities.tools.offering import offer_lines, open_to_every_run, unknown_rules
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.core.spec import ToolRule
 from capstan.runtime.config import ConfigError, known_variables, unknown_variables
@@ -56,5 +56,5 @@ def log_offer(registry: ToolRegistry, policy: Mapping[str, ToolRule], mcp: McpCo
     for line in offer_lines(registry, policy, mcp):
         log.info("%s", line)
     warning = open_to_every_run(registry, policy)
-    if warning is not None:
-        log.warning("%s", warning)
+    for line in [*unknown_rules(registry, policy, mcp), *([warning] if warning else [])]:
+        log.warning("%s", line)

@@ -12,13 +12,14 @@ server is described by its configuration.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from capstan.activities.tools.mcp.config import McpConfig, McpServerConfig
 from capstan.activities.tools.registry import ToolRegistry
-from capstan.core.spec import ToolRule
+from capstan.core.spec import SANDBOX_TOOLS, ToolRule
 
-__all__ = ["OPEN_TO_EVERY_RUN", "offer_lines", "open_to_every_run"]
+__all__ = ["OPEN_TO_EVERY_RUN", "offer_lines", "open_to_every_run", "unknown_rules"]
 
 #: The tools that run code or write the workspace: worth a word when every run gets them.
 OPEN_TO_EVERY_RUN = ("run_shell", "run_python", "write_file")
@@ -33,7 +34,8 @@ def offer_lines(
         source = registry.source(name)
         lines.append(f"tool {name}: {source}, {_policy(name, registry, policy)}")
     for name, server in (mcp.servers if mcp is not None else {}).items():
-        lines.append(f"tools {name}__*: MCP server {name} ({_how(server)}), {_mcp_policy(server)}")
+        said = _mcp_policy(name, server, policy)
+        lines.append(f"tools {name}__*: MCP server {name} ({_how(server)}), {said}")
     return lines
 
 
@@ -52,6 +54,24 @@ def open_to_every_run(registry: ToolRegistry, policy: Mapping[str, ToolRule]) ->
         "asks for approval unless CAPSTAN_POLICY says otherwise): give runs and agents an "
         "allowed_tools list, or deny these tools in CAPSTAN_POLICY"
     )
+
+
+def unknown_rules(
+    registry: ToolRegistry, policy: Mapping[str, ToolRule], mcp: McpConfig | None = None
+) -> list[str]:
+    """A warning for each rule of the policy file naming a tool the worker can never offer (a
+    typo leaves the tool at its default policy). An MCP server's tools are known only when a
+    run lists them, so a rule for `server__tool` of a configured server is taken as written."""
+    known = [*registry.names(), *SANDBOX_TOOLS]  # the jail's tools, even when it is unavailable
+    servers = mcp.servers if mcp is not None else {}
+    lines = []
+    for name in policy:
+        if name in known or name.partition("__")[0] in servers:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+        hint = f": did you mean {close[0]}?" if close else ""
+        lines.append(f"CAPSTAN_POLICY has a rule for {name}, a tool this worker never offers{hint}")
+    return lines
 
 
 def _decision(name: str, registry: ToolRegistry, policy: Mapping[str, ToolRule]) -> str:
@@ -76,9 +96,15 @@ def _how(server: McpServerConfig) -> str:
     return f"stdio: {server.command}" if server.transport == "stdio" else "streamable HTTP"
 
 
-def _mcp_policy(server: McpServerConfig) -> str:
+def _mcp_policy(name: str, server: McpServerConfig, policy: Mapping[str, ToolRule]) -> str:
     ruled = [f"{tool}: {o.decision}" for tool, o in server.tools.items() if o.decision]
+    ruled += [
+        f"{tool}: {rule.decision} (CAPSTAN_POLICY)"
+        for tool, rule in policy.items()
+        if tool.startswith(f"{name}__") and rule.decision
+    ]
     denied = [f"{pattern}: not offered" for pattern in server.deny]
     said = "; ".join([*ruled, *denied])
-    default = "listed when a run starts; read-only tools allow, others ask"
+    trusted = "read-only tools allow, others ask" if server.trust_annotations else "every tool asks"
+    default = f"listed when a run starts; {trusted}"
     return f"{default} ({said})" if said else default

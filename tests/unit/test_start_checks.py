@@ -20,7 +20,7 @@ from capstan.activities.providers.profiles import ProfileError, check_profiles
 from capstan.activities.tools.builtins import BUILTIN_TOOLS
 from capstan.activities.tools.jail_reach import blocking_directory
 from capstan.activities.tools.mcp.config import McpConfig, McpServerConfig
-from capstan.activities.tools.offering import offer_lines, open_to_every_run
+from capstan.activities.tools.offering import offer_lines, open_to_every_run, unknown_rules
 from capstan.activities.tools.registry import ToolContext, ToolRegistry, ToolSignatureError
 from capstan.core.spec import ToolRule
 from capstan.runtime.config import known_variables, unknown_variables
@@ -197,14 +197,16 @@ def test_the_catalog_names_source_and_policy() -> None:
     registry = ToolRegistry(BUILTIN_TOOLS)
     registry.add(stamp, source="module mytools")
     policy = {"stamp": ToolRule(decision="deny"), "read_file": ToolRule(deny_arguments={})}
-    mcp = McpConfig(servers={"search": McpServerConfig(name="search", url="https://s/mcp")})
+    policy["search__fetch"] = ToolRule(decision="deny")
+    server = McpServerConfig(name="search", url="https://s/mcp", trust_annotations=False)
+    mcp = McpConfig(servers={"search": server})
     lines = offer_lines(registry, policy, mcp)
     assert "tool stamp: module mytools, deny (CAPSTAN_POLICY)" in lines
     assert "tool read_file: builtin, allow (default: read-only)" in lines  # no decision given
     assert "tool write_file: builtin, ask (default: changes state)" in lines
     assert lines[-1] == (
         "tools search__*: MCP server search (streamable HTTP), listed when a run starts; "
-        "read-only tools allow, others ask"
+        "every tool asks (search__fetch: deny (CAPSTAN_POLICY))"
     )
     warning = open_to_every_run(registry, policy)
     assert warning is not None and warning.startswith("write_file are offered to every run")
@@ -238,3 +240,15 @@ def test_the_first_directory_the_jail_uid_cannot_enter(open_root: Path) -> None:
     link.symlink_to(home)
     home.chmod(0o700)
     assert blocking_directory(link / "workspace", nobody, nobody) in {link, home}
+
+
+def test_a_policy_rule_for_a_tool_never_offered_is_a_warning() -> None:
+    registry = ToolRegistry(BUILTIN_TOOLS)
+    deny = ToolRule(decision="deny")
+    policy = {"writ_file": deny, "run_shell": deny, "git__git_reset": deny, "zzz": deny}
+    mcp = McpConfig(servers={"git": McpServerConfig(name="git", command="mcp-server-git")})
+    assert unknown_rules(registry, policy, mcp) == [
+        "CAPSTAN_POLICY has a rule for writ_file, a tool this worker never offers: "
+        "did you mean write_file?",
+        "CAPSTAN_POLICY has a rule for zzz, a tool this worker never offers",
+    ]
