@@ -249,7 +249,8 @@ class ToolRegistry:
         """Register `fn`; `source` says where it came from (`builtin`, `module pkg.tools`)."""
         built = _build(fn)
         if built.name in self._tools or built.name in self._extra_specs:
-            raise ValueError(f"tool {built.name!r} is registered twice")
+            first = self.source(built.name)
+            raise ValueError(f"tool {built.name!r} is registered twice ({first}, then {source})")
         self._tools[built.name] = built
         self._sources[built.name] = source
         return built

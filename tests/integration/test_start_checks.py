@@ -111,6 +111,10 @@ def _module(tmp_path: Path, name: str, text: str) -> str:
         ),
         ("def greet(name: str): ...\ntools = [greet]\n", "tool greet must be an async function"),
         ("raise RuntimeError('no config')\n", "importing it raised RuntimeError: no config"),
+        (
+            "async def read_file(path: str): ...\ntools = [read_file]\n",
+            "tool 'read_file' is registered twice (builtin, then module mytools)",
+        ),
     ],
 )
 def test_a_tools_module_that_cannot_be_offered_is_one_line(
