@@ -40,7 +40,7 @@ def workspace_block(workspace: Path, settings: SandboxSettings) -> str | None:
     return (
         f"the jail runs as uid {uid} (CAPSTAN_SANDBOX_UID), which cannot enter {blocked} "
         f"(mode {mode:04o}) on the way to the workspace {workspace}; fix: set CAPSTAN_WORKSPACE "
-        f"to a directory uid {uid} can reach (e.g. /srv/capstan/workspace), "
+        f"to a directory uid {uid} can reach (e.g. /var/lib/capstan/workspace), "
         f"or `chmod o+x {blocked}`"
     )
 
