@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from capstan.api.stream import run_stream
 from capstan.audit.events import derive_events
 from capstan.audit.history import decode_history, load_histories
 from capstan.client.runs import CapstanClient, connect_temporal
@@ -292,6 +293,10 @@ async def test_without_the_codec_key_one_clear_error(
             assert "key id 'k1'" in error["message"] and "CAPSTAN_CODEC_KEYS" in error["message"]
         r = await http.get("/api/runs", headers=auth(MALLORY), params={"limit": 500})
         assert r.status_code == 500 and r.json()["error"]["code"] == "codec_key", r.text
+    # a stream already under way when it meets an encrypted event ends with an `error` event
+    messages = [m async for m in run_stream(client, run.run_id, 0, 2.0, 0.2)]
+    assert messages[-1].startswith("event: error\n") and "key id 'k1'" in messages[-1]
+    assert "CAPSTAN_CODEC_KEYS" in messages[-1] and "run_event" not in "".join(messages)
     monkeypatch.setenv("TEMPORAL_NAMESPACE", keyless.namespace)
     monkeypatch.delenv("CAPSTAN_CODEC_KEYS", raising=False)
     for args in (("audit", run.run_id), ("audit", run.run_id, "--verify")):
