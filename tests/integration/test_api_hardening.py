@@ -360,4 +360,6 @@ async def test_continued_as_new_is_in_the_stream_only_when_asked_for(agent: Agen
     assert bad.status_code == 422 and bad.json()["error"]["field"] == "query.include.0"
     operation = document["paths"]["/api/runs/{run_id}/events"]["get"]
     (include,) = [p for p in operation["parameters"] if p["name"] == "include"]
-    assert "continued_as_new" in str(include["schema"]) and include["description"]
+    assert not include["required"] and "continued_as_new" in include["description"]
+    assert document["components"]["schemas"]["StreamExtra"]["enum"] == ["continued_as_new"]
+    assert "#/components/schemas/StreamExtra" in str(include["schema"])
