@@ -50,6 +50,7 @@ from capstan.api.tenancy import OpenRun, Tenancy
 from capstan.core.steering import ApprovalRequest
 from capstan.core.workflow_io import REQUESTS_MEMO, OpenRequests
 from capstan.runtime.blobstore import BlobError, ContentStore
+from capstan.runtime.codec import CodecError
 
 __all__ = ["router"]
 
@@ -215,6 +216,9 @@ async def _inbox_stream(runs: Tenancy, principal: Principal) -> AsyncIterator[st
             open_runs = await runs.open_runs(principal)
         except RPCError:
             yield sse({"message": "the Temporal service is not reachable"}, "error")
+            return
+        except CodecError as exc:  # an encrypted run and no key: say so, do not reset
+            yield sse({"message": f"this server cannot decrypt a run: {exc}"}, "error")
             return
         keys = sorted(
             f"{run.run_id} {request_id}"

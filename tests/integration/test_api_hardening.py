@@ -308,6 +308,36 @@ async def test_without_the_codec_key_one_clear_error(
         ), out.stderr
 
 
+async def test_a_waiting_encrypted_run_seen_without_the_key(
+    sealed: Agent,  # noqa: F811
+    settings: Settings,
+) -> None:
+    """The listings of running runs (pending, the inbox, its live stream) meet the run's
+    encrypted memo: one clear error each, never a reset connection."""
+    script = [say(call("write_file", path="x.txt", content="x")), say(call("finish", answer="ok"))]
+    keyless = settings.model_copy(update={"namespace": sealed.settings.namespace})
+    client = CapstanClient(await connect_temporal(keyless), keyless)
+    async with (
+        sealed.serving(script) as live,
+        served(app_for(client)) as base,
+        httpx.AsyncClient(base_url=base, timeout=30) as http,
+    ):
+        run_id = await live.start(sealed.spec())
+        await wait_pending(live.client, run_id)
+        try:
+            for path in ("/api/pending", "/inbox/items"):
+                r = await http.get(path, headers=auth(ALICE))
+                assert r.status_code == 500, (path, r.text)
+                assert r.json()["error"]["code"] == "codec_key", (path, r.text)
+            async with http.stream("GET", "/inbox/events", headers=auth(ALICE)) as response:
+                events = [e async for e in read_sse(response)]
+            assert [e.event for e in events] == ["error"]
+            assert "key id 'k1'" in events[0].data["message"]
+        finally:
+            await live.client.decide(run_id, "deny", reason="done")
+            await live.client.result(run_id)
+
+
 # --- the stream: continue-as-new is bookkeeping ------------------------------------------------
 
 
