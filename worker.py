@@ -101,6 +101,12 @@ def sandbox_jail(settings: Settings, env: Mapping[str, str]) -> Jail | None:
     if isinstance(jail, JailUnavailable):
         log.warning("run_shell and run_python are not offered: %s", jail.reason)
         return None
+    if jail.network_unavailable is not None:  # such calls run without network, never the host's
+        log.log(
+            logging.ERROR if settings.sandbox_network else logging.INFO,
+            "sandbox.network: jails get no network on this worker: %s",
+            jail.network_unavailable,
+        )
     if jail.python is None:
         log.warning("run_python is not offered: the jail has no python3")
     if not jail.writable:

@@ -2,8 +2,12 @@
 
 The jail of one call (the threat model is in the README, "Running code"):
 
-- fresh user, mount, PID, IPC, UTS and cgroup namespaces, and a fresh network namespace (only
-  a loopback of its own) unless the run's `sandbox.network` is true;
+- fresh user, mount, PID, IPC, UTS, cgroup and network namespaces: a jail never shares the
+  host's network. Without `sandbox.network` it has a loopback of its own and nothing else; with
+  it, `netjail.py` attaches slirp4netns and shuts every route to the host, its loopback and
+  interfaces, private and link-local ranges (so the Temporal server, the blob store and cloud
+  metadata are out of reach) before the program starts. A worker without slirp4netns (or whose
+  probe of it fails) runs such calls without network, and says so at start;
 - a read-only view of `/usr` (with the `/bin`, `/lib*` links), a few files of `/etc` that
   programs need to start, a private `/proc` (it shows the jail's processes only) and a minimal
   `/dev`; the workspace read-write at `/workspace` (the working directory), size-capped tmpfs at
@@ -27,16 +31,18 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import ipaddress
 import os
 import pwd
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from capstan.core.spec import SandboxLimits
 from capstan.runtime.environment import EnvSettings
@@ -47,6 +53,7 @@ __all__ = [
     "WORKSPACE",
     "Jail",
     "JailUnavailable",
+    "NetworkLauncher",
     "Program",
     "SandboxSettings",
     "probe_jail",
@@ -61,9 +68,8 @@ Program = Literal["shell", "python"]
 
 #: `/etc` entries programs need to start (dynamic linker, alternatives, time zone, locale).
 _ETC = ("alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "locale.alias")
-#: ... and to reach the network, when the run allows it.
+#: ... and to reach the network, when the run allows it (`netjail.py` binds its own resolv.conf).
 _ETC_NETWORK = (
-    "resolv.conf",
     "hosts",
     "nsswitch.conf",
     "gai.conf",
@@ -76,6 +82,9 @@ _ETC_NETWORK = (
 _TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _OPTIONAL_FLAGS = ("--disable-userns", "--size")
 _PROBE_SCRIPT = "command -v python3 || echo; if [ -w . ]; then echo rw; else echo ro; fi\n"
+#: a network jail's probe: its namespace has slirp's tap0 (the launcher fails closed otherwise)
+_NETWORK_PROBE = 'while read -r l; do case "$l" in tap0:*) echo tap0;; esac; done </proc/net/dev\n'
+_LAUNCHER = Path(__file__).with_name("netjail.py")
 
 
 class SandboxSettings(EnvSettings):
@@ -83,6 +92,16 @@ class SandboxSettings(EnvSettings):
 
     bwrap: str = Field("bwrap", validation_alias="CAPSTAN_BWRAP", min_length=1)
     uid: int | None = Field(None, validation_alias="CAPSTAN_SANDBOX_UID", ge=1)
+    slirp4netns: str = Field("slirp4netns", validation_alias="CAPSTAN_SLIRP4NETNS", min_length=1)
+    #: more IPv4 ranges a network jail may not reach (comma-separated CIDRs), e.g. a Temporal
+    #: cluster or an S3 endpoint on a public address; private and link-local ranges always are
+    network_deny: str = Field("", validation_alias="CAPSTAN_SANDBOX_NETWORK_DENY")
+
+    @field_validator("network_deny")
+    @classmethod
+    def _cidrs(cls, value: str) -> str:
+        items = [item.strip() for item in value.split(",") if item.strip()]
+        return ",".join(str(ipaddress.IPv4Network(item, strict=False)) for item in items)
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,24 @@ class JailUnavailable:
     """Why this worker cannot jail code (the sandbox tools are then not offered)."""
 
     reason: str
+
+
+@dataclass(frozen=True)
+class NetworkLauncher:
+    """How this worker gives a jail a network of its own: `netjail.py` run by `python`."""
+
+    python: str
+    source: str = dataclasses.field(repr=False)
+    slirp4netns: str
+    deny: tuple[str, ...] = ()
+
+    def argv(self, user: tuple[int, int] | None) -> list[str]:
+        args = [self.python, "-I", "-S", "-c", self.source, "--slirp", self.slirp4netns]
+        for net in self.deny:
+            args += ["--deny", net]
+        if user is not None:
+            args += ["--as", f"{user[0]}:{user[1]}"]
+        return [*args, "--"]
 
 
 @dataclass(frozen=True)
@@ -108,13 +145,19 @@ class Jail:
     flags: frozenset[str] = frozenset()
     #: the jail's uid may write the workspace (a root worker's jail may only read it)
     writable: bool = True
+    #: how a run's `sandbox.network` is given, or None: such calls run without network
+    network: NetworkLauncher | None = None
+    #: why network jails are unavailable (said at start), when `network` is None
+    network_unavailable: str | None = None
 
     def argv(self, limits: SandboxLimits, fd: int, program: Program) -> list[str]:
         """The command line of one call whose script is readable from descriptor `fd`."""
         command = [self.shell] if program == "shell" else [self.python or "python3", "-s"]
+        launcher = self.network.argv(self.user) if self.network and limits.network else []
         return [
+            *launcher,
             self.bwrap,
-            *self._namespaces(limits.network),
+            *self._namespaces(),
             *self._system_view(limits),
             *["--bind", str(self.workspace), WORKSPACE, *self.masks, "--chdir", WORKSPACE],
             *["--ro-bind-data", str(fd), SCRIPT_PATH, "--remount-ro", "/"],
@@ -139,12 +182,17 @@ class Jail:
             "CAPSTAN_IDEMPOTENCY_KEY": idempotency_key,
         }
 
-    def _namespaces(self, network: bool) -> list[str]:
+    def networked(self, limits: SandboxLimits) -> bool:
+        """Whether a call with `limits` gets a network (its own, through `netjail.py`)."""
+        return limits.network and self.network is not None
+
+    def _namespaces(self) -> list[str]:
+        # never --share-net: a network jail gets slirp4netns in a namespace of its own
         args = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session"]
         args += ["--cap-drop", "ALL", "--hostname", "sandbox"]
         if "--disable-userns" in self.flags:
             args.append("--disable-userns")
-        return [*args, "--share-net"] if network else args
+        return args
 
     def _system_view(self, limits: SandboxLimits) -> list[str]:
         args = ["--ro-bind", "/usr", "/usr"]
@@ -154,7 +202,7 @@ class Jail:
                 args += ["--symlink", os.readlink(host), str(host)]
             elif host.is_dir():
                 args += ["--ro-bind", str(host), str(host)]
-        for name in (*_ETC, *(_ETC_NETWORK if limits.network else ())):
+        for name in (*_ETC, *(_ETC_NETWORK if self.networked(limits) else ())):
             args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         args += ["--proc", "/proc", "--dev", "/dev"]
         args += [*self._sized(limits.tmp_bytes), "--tmpfs", "/dev/shm", "--remount-ro", "/dev"]
@@ -194,31 +242,67 @@ def script_fd(text: str) -> Iterator[int]:
 def probe_jail(
     settings: SandboxSettings, workspace: Path, hidden: Sequence[Path] = ()
 ) -> Jail | JailUnavailable:
-    """Build the jail once, for real, and run a probe in it (which python3?); or say why not."""
+    """Build the jail once, for real, and run a probe in it (which python3?); or say why not.
+    Then the same for a jail with network (`Jail.network`, or `network_unavailable`: why not)."""
     found = _locate(settings, workspace, hidden)
     if isinstance(found, JailUnavailable):
         return found
-    limits = SandboxLimits(wall_seconds=10)
-    with script_fd(_PROBE_SCRIPT) as fd:
+    done = _run_probe(found, SandboxLimits(wall_seconds=10), _PROBE_SCRIPT)
+    if isinstance(done, _Failure):
+        return JailUnavailable(done)
+    python, access = ([*done.splitlines(), "", ""])[:2]
+    jail = dataclasses.replace(found, python=python or None, writable=access == "rw")
+    launcher = _launcher(settings)
+    if isinstance(launcher, str):
+        return dataclasses.replace(jail, network_unavailable=launcher)
+    networked = dataclasses.replace(jail, network=launcher)
+    seen = _run_probe(networked, SandboxLimits(wall_seconds=10, network=True), _NETWORK_PROBE)
+    if isinstance(seen, _Failure) or "tap0" not in seen:
+        why = seen if isinstance(seen, _Failure) else "the jail has no tap0"
+        return dataclasses.replace(jail, network_unavailable=f"slirp4netns: {why}")
+    return networked
+
+
+def _run_probe(jail: Jail, limits: SandboxLimits, script: str) -> str:
+    """The probe script's output, or why it failed (a `str` subclass marks the failure)."""
+    with script_fd(script) as fd:
         try:
             done = subprocess.run(
-                found.argv(limits, fd, "shell"),
-                env=found.environment("probe"),
+                jail.argv(limits, fd, "shell"),
+                env=jail.environment("probe"),
                 pass_fds=(fd,),
                 capture_output=True,
                 timeout=limits.wall_seconds,
                 check=False,
                 start_new_session=True,
-                **spawn_identity(found),
+                **spawn_identity(jail, limits),
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            return JailUnavailable(f"bubblewrap could not be started: {exc}")
+            return _Failure(f"bubblewrap could not be started: {exc}")
     if done.returncode != 0:
         said = done.stderr.decode(errors="replace").strip().splitlines()
-        who = f" as uid {found.user[0]} (CAPSTAN_SANDBOX_UID)" if found.user else ""
-        return JailUnavailable(f"bubblewrap failed{who}: {said[-1] if said else done.returncode}")
-    python, access = ([*done.stdout.decode(errors="replace").splitlines(), "", ""])[:2]
-    return dataclasses.replace(found, python=python or None, writable=access == "rw")
+        who = f" as uid {jail.user[0]} (CAPSTAN_SANDBOX_UID)" if jail.user else ""
+        return _Failure(f"bubblewrap failed{who}: {said[-1] if said else done.returncode}")
+    return done.stdout.decode(errors="replace")
+
+
+class _Failure(str):
+    """A probe's failure, told apart from its output."""
+
+
+def _launcher(settings: SandboxSettings) -> NetworkLauncher | str:
+    slirp = shutil.which(settings.slirp4netns)
+    if slirp is None:
+        return (
+            f"slirp4netns not found (CAPSTAN_SLIRP4NETNS={settings.slirp4netns}); "
+            "install it (Debian package `slirp4netns`)"
+        )
+    try:
+        source = _LAUNCHER.read_text(encoding="utf-8")
+    except OSError as exc:
+        return f"the network jail's launcher is missing: {exc}"
+    deny = tuple(net for net in settings.network_deny.split(",") if net)
+    return NetworkLauncher(sys.executable, source, slirp, deny)
 
 
 class Identity(TypedDict, total=False):
@@ -227,9 +311,10 @@ class Identity(TypedDict, total=False):
     extra_groups: list[int]
 
 
-def spawn_identity(jail: Jail) -> Identity:
-    """`subprocess` options that start bwrap as the jail's uid (only a root worker has one)."""
-    if jail.user is None:
+def spawn_identity(jail: Jail, limits: SandboxLimits | None = None) -> Identity:
+    """`subprocess` options that start bwrap as the jail's uid (only a root worker has one).
+    A call with network starts `netjail.py` as the worker instead, which starts bwrap so."""
+    if jail.user is None or (limits is not None and jail.networked(limits)):
         return {}
     uid, gid = jail.user
     return {"user": uid, "group": gid, "extra_groups": []}

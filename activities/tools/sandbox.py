@@ -75,7 +75,7 @@ async def run_jailed(
             env=jail.environment(key),
             pass_fds=(fd,),
             start_new_session=True,
-            **spawn_identity(jail),
+            **spawn_identity(jail, limits),
         )
     output = bytearray()
     stopped = None

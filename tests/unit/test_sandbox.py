@@ -17,6 +17,7 @@ from capstan.activities.tools.jail import (
     WORKSPACE,
     Jail,
     JailUnavailable,
+    NetworkLauncher,
     SandboxSettings,
     _jail_user,
     _masks,
@@ -84,10 +85,18 @@ def test_the_jail_command_line_shuts_everything_but_the_workspace() -> None:
     ]
 
 
-def test_network_only_when_the_run_allows_it() -> None:
+def test_network_only_when_the_run_allows_it_and_never_the_hosts() -> None:
+    # no network stack on this worker: the call runs without network (closed), never shared
     argv = JAIL.argv(SandboxLimits(network=True), 5, "shell")
-    assert "--share-net" in argv
-    assert ("/etc/resolv.conf", "/etc/resolv.conf") in pairs(argv, "--ro-bind-try")
+    assert "--share-net" not in argv and argv == JAIL.argv(SandboxLimits(), 5, "shell")
+    # with one: netjail.py (slirp4netns) in front of bwrap, which still unshares the network
+    launcher = NetworkLauncher("/usr/bin/python3", "source", "/usr/bin/slirp4netns")
+    networked = dataclasses.replace(JAIL, network=launcher)
+    argv = networked.argv(SandboxLimits(network=True), 5, "shell")
+    assert argv[:5] == ["/usr/bin/python3", "-I", "-S", "-c", "source"]
+    assert "--share-net" not in argv and "--unshare-all" in argv
+    assert ("/etc/hosts", "/etc/hosts") in pairs(argv, "--ro-bind-try")
+    assert ("/etc/resolv.conf", "/etc/resolv.conf") not in pairs(argv, "--ro-bind-try")
     assert argv[-2:] == ["/usr/bin/bash", "/sandbox/script"]
 
 
