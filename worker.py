@@ -40,6 +40,7 @@ from capstan.activities.tools.jail import Jail, JailUnavailable, SandboxSettings
 from capstan.activities.tools.jail_reach import workspace_block
 from capstan.activities.tools.mcp import McpTools, load_mcp
 from capstan.activities.tools.registry import ToolRegistry
+from capstan.activities.tools.workspaces import tenants_root
 from capstan.client.runs import connect_temporal
 from capstan.core.spec import ToolRule
 from capstan.runtime.blobs import blob_store_for, check_blob_store, content_store_for
@@ -96,7 +97,10 @@ def sandbox_jail(settings: Settings, env: Mapping[str, str]) -> Jail | None:
     jail = probe_jail(
         sandbox,
         settings.workspace_dir,
-        hidden=[p for p in (settings.data_dir, settings.codec_key_file) if p is not None],
+        hidden=[
+            *(p for p in (settings.data_dir, settings.codec_key_file) if p is not None),
+            tenants_root(settings.workspace_dir),  # the other tenants' workspaces
+        ],
     )
     if isinstance(jail, JailUnavailable):
         log.warning("run_shell and run_python are not offered: %s", jail.reason)

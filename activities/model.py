@@ -49,6 +49,7 @@ from capstan.core.content import BlobRef
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.model_errors import ModelErrorKind
 from capstan.core.models import ModelChain, Prices
+from capstan.core.tenants import workspace_subdir
 from capstan.core.tooling import ToolSpec
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import ModelSettings
@@ -306,7 +307,8 @@ class ModelActivities:
         tools = self._tools(request.tools)
         if profile.provider == "local" and self.workspace and self.local_choices != "off":
             lines = self.local_choices == "lines"
-            tools = narrow_for_call(tools, self.workspace, view.messages, lines=lines)
+            own = self.workspace / workspace_subdir(request.workspace)  # the run's, not the root
+            tools = narrow_for_call(tools, own, view.messages, lines=lines)
         return Prompt(profile, budget, tools, view)
 
     def _record(

@@ -7,12 +7,16 @@ left to Temporal's retries.
 
 Tools come from the registry (builtins and the user's) and from MCP servers (`McpTools`); both
 end up in one catalog, and a call is routed by name (`<server>__<tool>` is an MCP tool).
+
+A call works in its run's workspace: the worker's root, or the directory its workspace key
+names below it (`capstan.activities.tools.workspaces`: a tenant's, a thread's), never another.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -25,6 +29,8 @@ from capstan.activities.heartbeat import with_heartbeat
 from capstan.activities.tools.builtins import delegate_spec
 from capstan.activities.tools.mcp import McpBrokenError, McpListing, McpRequiredError, McpTools
 from capstan.activities.tools.registry import ToolContext, ToolRegistry
+from capstan.activities.tools.workspace import WorkspaceError
+from capstan.activities.tools.workspaces import jail_owner, run_workspace
 from capstan.core import policy
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.core.activity_table import ActivityName
@@ -61,6 +67,7 @@ class ToolActivities:
         mcp: McpTools | None = None,
         notify: tuple[NotifyKind, ...] = (),
         sandbox_ceiling: SandboxLimits | None = None,
+        workspace_owner: tuple[int, int] | None = None,
     ) -> None:
         self.telemetry = telemetry or Instruments()
         #: the most a sandbox call may have, whatever its run asks (CAPSTAN_SANDBOX_LIMITS)
@@ -72,6 +79,8 @@ class ToolActivities:
         self.content = content
         self.workspace = workspace
         self.policy = dict(policy or {})
+        #: who owns a tenant's (thread's) workspace: the jail's uid on a root worker
+        self.workspace_owner = workspace_owner or jail_owner(os.environ)
         workspace.mkdir(parents=True, exist_ok=True)
 
     @activity.defn(name=ActivityName.LIST_TOOLS.value)
@@ -188,17 +197,9 @@ class ToolActivities:
             )
             return ToolFailed(call_id=call_id, failure="invalid_arguments", error=problems)
         kwargs = dict(args)
-        if found.context_param:
-            kwargs[found.context_param] = ToolContext(
-                run_id=request.run_id,
-                step=request.step,
-                call_id=call_id,
-                idempotency_key=request.idempotency_key,
-                workspace=self.workspace,
-                content=self.content,
-                sandbox=self._limits(request),
-            )
         try:
+            if found.context_param:
+                kwargs[found.context_param] = await self._context(request)
             result = await with_heartbeat(found.fn(**kwargs))
         except asyncio.CancelledError:
             raise
@@ -211,3 +212,21 @@ class ToolActivities:
             return ToolSucceeded(call_id=call_id, output=text)
         stored = await asyncio.to_thread(self.content.store_text, text)
         return ToolSucceeded(call_id=call_id, output=stored)
+
+    async def _context(self, request: RunToolInput) -> ToolContext:
+        """What the tool may know of its call, in the run's own workspace."""
+        try:
+            workspace = await asyncio.to_thread(
+                run_workspace, self.workspace, request.workspace, self.workspace_owner
+            )
+        except OSError as exc:  # no host path in the text the model sees
+            raise WorkspaceError(f"the run's workspace is not available ({exc.strerror})") from None
+        return ToolContext(
+            run_id=request.run_id,
+            step=request.step,
+            call_id=request.call_id,
+            idempotency_key=request.idempotency_key,
+            workspace=workspace,
+            content=self.content,
+            sandbox=self._limits(request),
+        )

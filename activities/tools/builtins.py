@@ -15,6 +15,7 @@ from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
 from capstan.activities.tools.sandbox import sandbox_tools
 from capstan.activities.tools.workspace import Entry, Workspace
 from capstan.core.children import DELEGATE_TOOL
+from capstan.core.tenants import TENANTS_DIR
 from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
 
 __all__ = [
@@ -99,6 +100,12 @@ def delegate_spec(agents: Sequence[str]) -> ToolSpec:
 MAX_READ_CHARS = 200_000
 
 
+def _workspace(ctx: ToolContext) -> Workspace:
+    """The run's workspace (`ctx.workspace`: the root, or its tenant's or thread's own), where
+    the other tenants' workspaces below the root do not exist."""
+    return Workspace(ctx.workspace, hidden=frozenset({TENANTS_DIR}))
+
+
 @tool(read_only=True, untrusted_output=True)
 async def read_file(ctx: ToolContext, path: str) -> str:
     """Read a UTF-8 text file from the workspace.
@@ -106,7 +113,7 @@ async def read_file(ctx: ToolContext, path: str) -> str:
     Args:
         path: Path relative to the workspace root.
     """
-    return await asyncio.to_thread(Workspace(ctx.workspace).read_text, path, MAX_READ_CHARS)
+    return await asyncio.to_thread(_workspace(ctx).read_text, path, MAX_READ_CHARS)
 
 
 @tool
@@ -117,7 +124,7 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> str:
         path: Path relative to the workspace root; parent directories are created.
         content: The full new content of the file.
     """
-    written = await asyncio.to_thread(Workspace(ctx.workspace).write_text, path, content)
+    written = await asyncio.to_thread(_workspace(ctx).write_text, path, content)
     return f"wrote {written} bytes to {path}"
 
 
@@ -129,7 +136,7 @@ async def list_dir(ctx: ToolContext, path: str = ".") -> str:
     Args:
         path: Directory relative to the workspace root.
     """
-    entries = await asyncio.to_thread(Workspace(ctx.workspace).entries, path)
+    entries = await asyncio.to_thread(_workspace(ctx).entries, path)
     entries.sort(key=lambda e: (e.kind != "dir", e.name))
     return "\n".join(map(_listing_line, entries)) or "(empty directory)"
 

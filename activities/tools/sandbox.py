@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import signal
@@ -216,6 +217,8 @@ async def _call(
 ) -> str:
     limits = ctx.sandbox or SandboxLimits()
     _refuse_rerun(limits, ctx.idempotency_key)
+    if ctx.workspace != jail.workspace:  # a tenant's or thread's own, holding nothing else
+        jail = dataclasses.replace(jail, workspace=ctx.workspace, masks=())
     wall = _wall(limits, timeout)
     ran = await run_jailed(jail, limits, program, source, key=ctx.idempotency_key, wall=wall)
     return describe(ran, limits, wall)

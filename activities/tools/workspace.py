@@ -6,7 +6,11 @@ workspace-relative path one component at a time from a descriptor of the workspa
 directory opened with `O_NOFOLLOW | O_DIRECTORY` relative to its parent's descriptor and the
 last component with `O_NOFOLLOW`. The object checked is the object used: a symlink anywhere on
 the path, wherever it points and whenever it appears, makes the call fail instead of leading
-out. Absolute paths, `~` and `..` are refused before any IO.
+out. Absolute paths, `~` and `..` are refused before any IO, and so are paths the OS itself
+would refuse (more than `MAX_PATH_BYTES` bytes, a name over `MAX_NAME_BYTES`, or deeper than
+`MAX_DEPTH`): walking one component at a time, nothing else would stop a path thousands of
+directories deep. Names the worker keeps for itself at the top (`hidden`: the other tenants'
+workspaces below the root) are neither listed nor reachable.
 
 Refusals raise `WorkspaceError`; a missing file or a directory where a file should be raises
 the usual `OSError` subclass. Either way the text names only the workspace-relative path the
@@ -24,7 +28,20 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-__all__ = ["Entry", "Workspace", "WorkspaceError", "workspace_parts"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_NAME_BYTES",
+    "MAX_PATH_BYTES",
+    "Entry",
+    "Workspace",
+    "WorkspaceError",
+    "workspace_parts",
+]
+
+#: as the OS would: PATH_MAX (4096, with its NUL) and NAME_MAX; and a bound on nesting
+MAX_PATH_BYTES = 4095
+MAX_NAME_BYTES = 255
+MAX_DEPTH = 64
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _DIR_FLAGS = _ROOT_FLAGS | os.O_NOFOLLOW
@@ -57,23 +74,45 @@ class Entry:
     size: int = 0
 
 
+def _shown(path: str) -> str:
+    """`path` for an error text: quoted, and cut when long (the text stays one short line)."""
+    return repr(path if len(path) <= 120 else path[:120] + "…")
+
+
 def workspace_parts(path: str) -> tuple[str, ...]:
-    """The components of a workspace-relative path; absolute paths, `~` and `..` are refused."""
+    """The components of a workspace-relative path; absolute paths, `~`, `..` and paths
+    longer or deeper than the OS allows are refused."""
     if "\0" in path:
-        raise WorkspaceError(f"path {path!r} contains a NUL character")
+        raise WorkspaceError(f"path {_shown(path)} contains a NUL character")
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise WorkspaceError(
+            f"path {_shown(path)} is too long ({size} bytes; at most {MAX_PATH_BYTES})"
+        )
     candidate = PurePosixPath(path.replace("\\", "/"))
     if candidate.is_absolute() or path.startswith("~"):
-        raise WorkspaceError(f"path {path!r} is absolute; use a path relative to the workspace")
+        raise WorkspaceError(
+            f"path {_shown(path)} is absolute; use a path relative to the workspace"
+        )
     if ".." in candidate.parts:
-        raise WorkspaceError(f"path {path!r} leaves the workspace ('..' is not allowed)")
-    return tuple(p for p in candidate.parts if p != ".")
+        raise WorkspaceError(f"path {_shown(path)} leaves the workspace ('..' is not allowed)")
+    parts = tuple(p for p in candidate.parts if p != ".")
+    if len(parts) > MAX_DEPTH:
+        raise WorkspaceError(
+            f"path {_shown(path)} is too deep ({len(parts)} levels; at most {MAX_DEPTH})"
+        )
+    if any(len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for p in parts):
+        raise WorkspaceError(f"path {_shown(path)} has a name longer than {MAX_NAME_BYTES} bytes")
+    return parts
 
 
 @dataclass(frozen=True)
 class Workspace:
-    """File access below `root` that never follows a symlink."""
+    """File access below `root` that never follows a symlink; the top-level names in `hidden`
+    do not exist for it."""
 
     root: Path
+    hidden: frozenset[str] = frozenset()
 
     def read_text(self, path: str, limit: int) -> str:
         """Up to `limit` characters of a UTF-8 text file (undecodable bytes replaced)."""
@@ -91,22 +130,30 @@ class Workspace:
             fd, found = _open_file(path, parent, [*parents, name], _WRITE_FLAGS, mode=0o666)
             with os.fdopen(fd, "wb") as f:
                 if found.st_nlink > 1:  # another name, maybe outside, shares this file
-                    raise WorkspaceError(f"path {path!r} is a hard link; refusing to write to it")
+                    raise WorkspaceError(
+                        f"path {_shown(path)} is a hard link; refusing to write to it"
+                    )
                 os.ftruncate(fd, 0)
                 f.write(data)
         return len(data)
 
     def entries(self, path: str) -> list[Entry]:
         """The entries of a directory; symlinks are reported as such, never followed."""
-        parts = workspace_parts(path)
+        parts = self._parts(path)
         with self._directory(path, parts, create=False) as directory, os.scandir(directory) as it:
-            return [e for e in map(_entry, it) if e is not None]
+            found = [e for e in map(_entry, it) if e is not None]
+        return [e for e in found if e.name not in self.hidden] if not parts else found
 
-    @staticmethod
-    def _file_parts(path: str) -> tuple[str, ...]:
+    def _parts(self, path: str) -> tuple[str, ...]:
         parts = workspace_parts(path)
+        if parts and parts[0] in self.hidden:
+            raise FileNotFoundError(f"path {_shown(path)} does not exist in the workspace")
+        return parts
+
+    def _file_parts(self, path: str) -> tuple[str, ...]:
+        parts = self._parts(path)
         if not parts:
-            raise WorkspaceError(f"path {path!r} is the workspace directory, not a file")
+            raise WorkspaceError(f"path {_shown(path)} is the workspace directory, not a file")
         return parts
 
     @contextlib.contextmanager
@@ -153,7 +200,7 @@ def _open_file(
     if not stat.S_ISREG(found.st_mode):
         os.close(fd)
         kind = "a directory" if stat.S_ISDIR(found.st_mode) else "a special file"
-        raise WorkspaceError(f"path {path!r} is {kind}, not a regular file")
+        raise WorkspaceError(f"path {_shown(path)} is {kind}, not a regular file")
     return fd, found
 
 
@@ -162,13 +209,13 @@ def _refusal(path: str, parent: int, shown: Sequence[str], exc: OSError) -> Exce
     with contextlib.suppress(OSError):
         if stat.S_ISLNK(os.stat(shown[-1], dir_fd=parent, follow_symlinks=False).st_mode):
             return WorkspaceError(
-                f"path {path!r} goes through a symlink ({'/'.join(shown)!r}); "
+                f"path {_shown(path)} goes through a symlink ({'/'.join(shown)!r}); "
                 "the file tools do not follow symlinks in the workspace"
             )
     default = (OSError, f"cannot be opened ({exc.strerror})")
     kind, reason = _REASONS.get(exc.errno or 0, default)
     where = "" if tuple(shown) == workspace_parts(path) else f": {'/'.join(shown)!r}"
-    return kind(f"path {path!r}{where} {reason}")
+    return kind(f"path {_shown(path)}{where} {reason}")
 
 
 def _entry(item: os.DirEntry[str]) -> Entry | None:

@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from capstan.api.errors import ApiError
 from capstan.api.settings import ApiSettings
+from capstan.core.tenants import TENANT_PATTERN
 from capstan.runtime.environment import ConfigError
 
 __all__ = [
@@ -93,7 +94,8 @@ class _TokenEntry(BaseModel):
     token: str | None = Field(None, min_length=MIN_TOKEN_CHARS)
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     identity: str = Field(min_length=1)
-    tenant: str = Field("default", min_length=1)
+    #: no `:` or `/`: a tenant's threads and workspace are named from it (capstan.core.tenants)
+    tenant: str = Field("default", pattern=TENANT_PATTERN)
     scopes: frozenset[Scope] = frozenset({Scope.READ})
 
 

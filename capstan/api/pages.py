@@ -47,6 +47,7 @@ from capstan.api.preview import bounded, write_preview
 from capstan.api.settings import ApiSettings
 from capstan.api.stream import sse
 from capstan.api.tenancy import OpenRun, Tenancy
+from capstan.core import tenants
 from capstan.core.steering import ApprovalRequest
 from capstan.core.workflow_io import REQUESTS_MEMO, OpenRequests
 from capstan.runtime.blobstore import BlobError, ContentStore
@@ -110,8 +111,10 @@ async def _items(runs: Tenancy, open_runs: list[OpenRun], tenant: str) -> list[I
         # a delegated child's requests are cards of its root run (`root/agent-STEP.INDEX`):
         # decided through the root, which routes them to the child that opened them
         root = run.run_id.split("/", 1)[0]
+        # the run's own workspace (its tenant's, its thread's), never the root's for a tenant
+        own = workspace / tenants.workspace_subdir(tenants.run_workspace_key(tenant, root))
         for r in run.requests.approvals:
-            item = await bounded(partial(_approval, content, workspace, root, r, tenant))
+            item = await bounded(partial(_approval, content, own, root, r, tenant))
             late = '"[the arguments and the preview took too long to read]"'
             items.append(item or ApprovalItem(root, r, late, None, tenant))
         items += [QuestionItem(root, q) for q in run.requests.questions]

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from capstan.core.tenants import TENANTS_DIR
+
 __all__ = ["MAX_PREVIEW_BYTES", "PREVIEW_SECONDS", "WritePreview", "bounded", "write_preview"]
 
 MAX_PREVIEW_BYTES = 512 * 1024
@@ -112,7 +114,8 @@ def _current(workspace: Path, path: str) -> tuple[str | None, str]:
         target = (root / path).resolve()
     except (OSError, RuntimeError, ValueError):
         return None, "the path cannot be resolved"
-    if not target.is_relative_to(root):
+    # below the root: the other tenants' workspaces (capstan.core.tenants), not this run's
+    if not target.is_relative_to(root) or target.is_relative_to(root / TENANTS_DIR):
         return None, "the path leads outside the workspace"
     try:
         fd = os.open(target, _OPEN_FLAGS)

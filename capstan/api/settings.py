@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import Field, SecretStr
 
+from capstan.core.tenants import TENANT_PATTERN
 from capstan.runtime.environment import EnvSettings
 
 __all__ = ["DEFAULT_API_PORT", "ApiSettings"]
@@ -27,7 +28,9 @@ class ApiSettings(EnvSettings):
     #: one bearer token from the environment, with every scope, for a single-user set-up
     token: SecretStr | None = Field(None, validation_alias="CAPSTAN_API_TOKEN")
     token_identity: str = Field("api", validation_alias="CAPSTAN_API_TOKEN_IDENTITY")
-    token_tenant: str = Field("default", validation_alias="CAPSTAN_API_TOKEN_TENANT")
+    token_tenant: str = Field(
+        "default", validation_alias="CAPSTAN_API_TOKEN_TENANT", pattern=TENANT_PATTERN
+    )
     #: bodies above this many bytes are refused (413) before anything reaches Temporal
     max_body_bytes: int = Field(1_048_576, validation_alias="CAPSTAN_API_MAX_BODY", ge=1024)
     #: signal-writing requests per token and minute (each `capstan serve` process counts alone)

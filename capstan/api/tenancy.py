@@ -40,6 +40,7 @@ from temporalio.service import RPCError
 from capstan.api.auth import Principal
 from capstan.api.errors import ApiError, not_found
 from capstan.client.runs import CapstanClient, RunNotFoundError, RunSummary
+from capstan.core import tenants
 from capstan.core.spec import RunSpec
 from capstan.core.workflow_io import (
     REQUESTS_MEMO,
@@ -162,8 +163,14 @@ class Tenancy:
             raise ApiError(
                 422, "invalid", f"run_id must match {RUN_ID_PATTERN}", field="body.run_id"
             )
+        if spec.run_id is not None and tenants.reserved_run_id(spec.run_id):
+            raise ApiError(
+                422, "invalid", "run ids starting with 'thread-' are threads'", field="body.run_id"
+            )
         run_id = spec.run_id or f"run-{uuid.uuid4().hex[:12]}"
-        spec = spec.model_copy(update={"run_id": run_id})
+        # the tenant's own workspace (None for `default`: the worker's root)
+        workspace = tenants.workspace_key(principal.tenant)
+        spec = spec.model_copy(update={"run_id": run_id, "workspace": workspace})
         await self.client.client.start_workflow(
             WORKFLOW_NAME,
             AgentInput(spec=spec),

@@ -2,9 +2,10 @@
 
 A thread belongs to the tenant that started it, and tenants never share a thread id: the API
 scopes a tenant's thread `support-42` to the workflow id `thread-acme:support-42` (the `default`
-tenant's threads are the CLI's, unscoped). So two tenants sending to "the same" thread at the
-same moment reach two threads, and signal-with-start can never deliver one tenant's message to
-another's run. A thread started elsewhere (the CLI) is checked by its runs' tenant memo.
+tenant's threads are the CLI's, unscoped; no tenant or thread name holds `:`, and no caller may
+choose a run id starting with `thread-`: `capstan.core.tenants`). So two tenants sending to "the
+same" thread at the same moment reach two threads, and signal-with-start can never deliver one
+tenant's message to another's run. A thread's workflow is also checked by its tenant memo.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from capstan.api.auth import Principal, Scope, require
 from capstan.api.backend import tenancy, writer
 from capstan.api.errors import ERROR_RESPONSES, ApiError, not_found
 from capstan.api.routes import admitted, from_agent
-from capstan.api.tenancy import DEFAULT_TENANT, Tenancy
+from capstan.api.tenancy import Tenancy
 from capstan.client.runs import CapstanError, RunNotFoundError
 from capstan.client.threads import Sent, ThreadError, ThreadRun, Threads, thread_workflow_id
 from capstan.core.spec import RunSpec
@@ -42,13 +43,12 @@ class ThreadMessage(BaseModel):
     agent: str | None = None
 
 
-def _scoped(thread: str, principal: Principal) -> str:
-    return thread if principal.tenant == DEFAULT_TENANT else f"{principal.tenant}:{thread}"
-
-
 async def _owned(runs: Tenancy, thread: str, principal: Principal) -> str | None:
     """The thread's workflow id; None when it has no run yet; 404 when another tenant's."""
-    workflow_id = thread_workflow_id(_scoped(thread, principal))
+    try:
+        workflow_id = thread_workflow_id(thread, principal.tenant)
+    except ThreadError:
+        raise not_found(thread) from None
     try:
         await runs.client.describe(workflow_id)
     except RunNotFoundError:
@@ -74,10 +74,11 @@ async def send_to_thread(
     threads = Threads(runs.client)
     try:
         sent = await threads.send(
-            _scoped(thread, principal),
+            thread,
             body.text,
             spec,
             body.id,
+            tenant=principal.tenant,
             scopes=principal.scopes,  # else the previous run's spec, narrowed to the sender's
             **await runs.ownership(principal),
         )
@@ -95,4 +96,4 @@ async def list_thread_runs(
     """`capstan thread show THREAD --json`: its runs, oldest first."""
     if await _owned(runs, thread, principal) is None:
         raise not_found(thread)
-    return await Threads(runs.client).runs(_scoped(thread, principal))
+    return await Threads(runs.client).runs(thread, principal.tenant)

@@ -3,6 +3,10 @@
 `send` is generated from the steering registry (`capstan.cli.steering`) with a run id and the
 text as positionals; `register_thread` puts a parser in its place that also takes `--thread`
 (then the one positional is the text) and hands everything else to the generated command.
+
+The CLI is the `default` tenant: its threads are `thread-<id>`, a thread id never holds `:`
+(an API tenant's thread cannot be named from here), and a workflow at that id started for
+another tenant is refused, never sent to (`capstan.client.threads`).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from capstan.cli.intermixed import IntermixedParser
 from capstan.cli.support import EXIT_OK, CliError, Command, print_json
 from capstan.cli.support import client_for as _client
 from capstan.client.runs import CapstanClient
-from capstan.client.threads import Sent, Threads
+from capstan.client.threads import Sent, Threads, thread_workflow_id
 from capstan.core.spec import RunSpec
 from capstan.runtime.config import Settings
 
@@ -59,7 +63,7 @@ async def cmd_thread_show(args: argparse.Namespace, settings: Settings) -> int:
         print_json([r.model_dump(mode="json") for r in runs])
         return EXIT_OK
     count = f"{len(runs)} run" + ("" if len(runs) == 1 else "s")
-    print(f"thread {args.thread}: {count} (workflow id thread-{args.thread})")
+    print(f"thread {args.thread}: {count} (workflow id {thread_workflow_id(args.thread)})")
     for n, r in enumerate(runs, 1):
         print(f"{n:>3}  {r.execution}  {r.terminal_reason or r.status}  {r.started}")
     return EXIT_OK

@@ -1,9 +1,16 @@
 """Threads: one conversation that goes on across runs.
 
-A thread's runs share one workflow id, `thread-<id>`. Temporal allows one running execution per
+A thread's runs share one workflow id: `thread-<id>` for the `default` tenant (the CLI's and
+Python's), `thread-<tenant>:<id>` for an API tenant (`capstan.core.tenants.thread_workflow_id`;
+no name holds `:`, so no tenant can name another's thread). Before a message is delivered, or
+a run continued, the thread's latest run must be the sender's tenant's (its tenant memo):
+another tenant's workflow at that id (one squatted before run ids starting with `thread-` were
+reserved) is refused, never signalled. Temporal allows one running execution per
 id, so a thread has at most one active run, and the server, not this client, decides races:
 every message travels by signal-with-start, which delivers it to the running run or starts the
 next one (of two concurrent starts exactly one wins; the other's message goes to the winner).
+A thread's runs work in its own workspace (`RunSpec.workspace`: `<tenant>/threads/<id>`), the
+`default` tenant's in the worker's workspace root as before.
 
 A new run goes on from where the previous one stopped: its spec points at that run's
 conversation head (the hash chain makes this a pointer, not a copy) plus the few messages its
@@ -25,7 +32,6 @@ Never holds run state; everything it shows is read from Temporal.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -44,6 +50,14 @@ from capstan.core.content import BlobRef
 from capstan.core.messages import Message
 from capstan.core.spec import RunResult, RunSpec
 from capstan.core.steering import STEER, LiveMessage, SteeringBase
+from capstan.core.tenants import (
+    DEFAULT_TENANT,
+    THREAD_PREFIX,
+    TenantError,
+    tenant_of_memo,
+    workspace_key,
+)
+from capstan.core.tenants import thread_workflow_id as _workflow_id
 from capstan.core.workflow_io import WORKFLOW_NAME, AgentInput
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.conversation import Segment, load_conversation
@@ -59,24 +73,29 @@ __all__ = [
     "thread_workflow_id",
 ]
 
-THREAD_PREFIX = "thread-"
-_THREAD_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
-#: a thread id, optionally scoped to an API tenant (`acme:support-42`, see `capstan.api`)
-_SCOPED_ID = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9._-]{0,63}:)?" + _THREAD_ID.pattern)
-
 
 class ThreadError(CapstanError):
-    """A thread call that could not be made (a bad thread id, no such thread)."""
+    """A thread call that could not be made (a bad thread id, no such thread, another
+    tenant's thread)."""
 
 
-def thread_workflow_id(thread: str) -> str:
-    """The workflow id every run of `thread` has; ThreadError names a bad id."""
-    if not _SCOPED_ID.fullmatch(thread):
+def thread_workflow_id(thread: str, tenant: str = DEFAULT_TENANT) -> str:
+    """The workflow id every run of the tenant's `thread` has; ThreadError names a bad id."""
+    try:
+        return _workflow_id(thread, tenant)
+    except TenantError as exc:
+        raise ThreadError(str(exc)) from None
+
+
+async def _check_owner(
+    desc: WorkflowExecutionDescription | WorkflowExecution | None, thread: str, tenant: str
+) -> None:
+    """ThreadError unless the thread's execution (if any) is the tenant's."""
+    if desc is not None and tenant_of_memo(await desc.memo()) != tenant:
         raise ThreadError(
-            f"bad thread id {thread!r}: letters, digits, '.', '_' and '-' (at most 200), "
-            "starting with a letter or digit"
+            f"thread {thread!r} belongs to another tenant: its workflow "
+            f"{desc.id} was not started for this one; use another thread id"
         )
-    return THREAD_PREFIX + thread
 
 
 class Sent(BaseModel):
@@ -151,7 +170,8 @@ def _name(status: WorkflowExecutionStatus | None) -> str:
 
 
 class Threads:
-    """Send to, continue and list threads through a `CapstanClient`."""
+    """Send to, continue and list threads through a `CapstanClient`, as one tenant (the
+    `default` tenant unless told: the CLI's and the Python client's)."""
 
     def __init__(self, capstan: CapstanClient) -> None:
         self.capstan = capstan
@@ -163,22 +183,26 @@ class Threads:
         spec: RunSpec | None = None,
         message_id: str | None = None,
         *,
+        tenant: str = DEFAULT_TENANT,
         scopes: Iterable[str] = privilege.OPERATOR,
         **start: Any,
     ) -> Sent:
         """Deliver `text` to the thread's running run, or start its next run with `text` as
         the task, continuing the previous run's conversation (see `next_spec`). Same
-        `message_id` twice: delivered once to a run. `scopes`: the sender's (the next run takes
-        its privileges from them, `capstan.core.privilege.admit`). `start`: more options of the
-        start (`memo`, `search_attributes`: the API's tenant)."""
-        run_id = thread_workflow_id(thread)
+        `message_id` twice: delivered once to a run. `tenant`: whose thread (another tenant's
+        workflow at its id is ThreadError, never signalled). `scopes`: the sender's (the next
+        run takes its privileges from them, `capstan.core.privilege.admit`). `start`: more
+        options of the start (`memo`, `search_attributes`: the API's tenant)."""
+        run_id = thread_workflow_id(thread, tenant)
+        latest = await self._latest(run_id)
+        await _check_owner(latest, thread, tenant)
         item = await self.capstan.prepared(LiveMessage(text=text, id=message_id or ""))
-        delivered = await self._deliver(thread, run_id, item)
+        delivered = await self._deliver(thread, latest, item)
         if delivered is not None:
             return delivered
         handle = await self.capstan.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=await self.next_spec(thread, text, spec, scopes)),
+            AgentInput(spec=await self.next_spec(thread, text, spec, scopes, tenant=tenant)),
             id=run_id,
             task_queue=self.capstan.settings.task_queue,
             start_signal=STEER,
@@ -202,12 +226,15 @@ class Threads:
         text: str,
         spec: RunSpec | None = None,
         scopes: Iterable[str] = privilege.OPERATOR,
+        *,
+        tenant: str = DEFAULT_TENANT,
     ) -> RunSpec:
         """The spec the thread's next run starts with: `spec`, else the previous run's (its
         agent, model, tools and policy) narrowed to what the sender's `scopes` allow, else the
-        defaults; `text` is its task, and it goes on from the previous run's conversation."""
-        run_id = thread_workflow_id(thread)
-        execution = await self._last_returned(run_id)
+        defaults; `text` is its task, it goes on from the previous run's conversation, and it
+        works in the thread's workspace."""
+        run_id = thread_workflow_id(thread, tenant)
+        execution = await self._last_returned(run_id, tenant)
         previous = await self._result(run_id, execution) if execution else None
         if spec is not None:
             spec = privilege.admit(spec, scopes)
@@ -222,15 +249,16 @@ class Threads:
                 "continues": None,
                 "continues_tail": (),
                 "continues_tokens": 0,
+                "workspace": workspace_key(tenant, thread),
             }
         )
         return await self.continued(base, previous)
 
-    async def previous(self, thread: str) -> RunResult | None:
+    async def previous(self, thread: str, tenant: str = DEFAULT_TENANT) -> RunResult | None:
         """The result of the thread's last run that returned one (None: no such run, or the
         last run is still going)."""
-        run_id = thread_workflow_id(thread)
-        execution = await self._last_returned(run_id)
+        run_id = thread_workflow_id(thread, tenant)
+        execution = await self._last_returned(run_id, tenant)
         return await self._result(run_id, execution) if execution else None
 
     async def continued(self, spec: RunSpec, previous: RunResult | None) -> RunSpec:
@@ -248,28 +276,36 @@ class Threads:
             }
         )
 
-    async def runs(self, thread: str) -> list[ThreadRun]:
-        """The thread's runs, oldest first; ThreadError when it has none."""
-        run_id = thread_workflow_id(thread)
+    async def runs(self, thread: str, tenant: str = DEFAULT_TENANT) -> list[ThreadRun]:
+        """The tenant's runs of the thread, oldest first; ThreadError when it has none."""
+        run_id = thread_workflow_id(thread, tenant)
         found: list[tuple[datetime, ThreadRun]] = []
         async for wf in self.capstan.client.list_workflows(f"WorkflowId = '{run_id}'"):
             if wf.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
                 continue  # one run's earlier execution
+            if tenant_of_memo(await wf.memo()) != tenant:
+                continue  # not this tenant's (a workflow squatted at the id)
             found.append((wf.start_time, await self._run(wf)))
         if not found:
             raise ThreadError(f"no thread {thread!r}")
         # by the full start time: two runs often start within the second the listing shows
         return [run for _, run in sorted(found, key=lambda pair: pair[0])]
 
-    async def list_threads(self, limit: int = 50) -> list[ThreadSummary]:
-        """Threads with their latest run, newest first."""
+    async def list_threads(
+        self, limit: int = 50, tenant: str = DEFAULT_TENANT
+    ) -> list[ThreadSummary]:
+        """The tenant's threads with their latest run, newest first."""
         query = f"WorkflowType = '{WORKFLOW_NAME}'"
+        prefix = THREAD_PREFIX if tenant == DEFAULT_TENANT else f"{THREAD_PREFIX}{tenant}:"
         seen: dict[str, ThreadSummary] = {}
         async for wf in self.capstan.client.list_workflows(query):
-            if not wf.id.startswith(THREAD_PREFIX) or wf.id in seen:
+            name = wf.id.removeprefix(prefix)
+            if name == wf.id or ":" in name or wf.id in seen:
+                continue
+            if tenant_of_memo(await wf.memo()) != tenant:
                 continue
             seen[wf.id] = ThreadSummary(
-                thread=wf.id.removeprefix(THREAD_PREFIX),
+                thread=name,
                 run_id=wf.id,
                 status=_name(wf.status),
                 started=wf.start_time.isoformat(timespec="seconds"),
@@ -288,36 +324,43 @@ class Threads:
             terminal_reason=await self.capstan.terminal_reason(wf),
         )
 
-    async def _deliver(self, thread: str, run_id: str, item: SteeringBase) -> Sent | None:
-        """Signal the running run, if there is one (None: there is none, or it just ended)."""
-        latest = await self._latest(run_id)
+    async def _deliver(
+        self, thread: str, latest: WorkflowExecutionDescription | None, item: SteeringBase
+    ) -> Sent | None:
+        """Signal the running run `latest` (the sender's tenant's), if it runs (None: there
+        is none, or it just ended)."""
         if latest is None or latest.status != WorkflowExecutionStatus.RUNNING:
             return None
         try:
-            await self.capstan.handle(run_id).signal(STEER, item)
+            # that very execution: a run started meanwhile at the id is never signalled blind
+            await self.capstan.client.get_workflow_handle(latest.id, run_id=latest.run_id).signal(
+                STEER, item
+            )
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND:
                 return None  # it ended meanwhile: the caller starts the next run
             raise
         return Sent(
             thread=thread,
-            run_id=run_id,
+            run_id=latest.id,
             execution=latest.run_id,
             started=False,
             message_id=item.id,
         )
 
-    async def _last_returned(self, run_id: str) -> str | None:
-        """The execution of the thread's last run that returned a result (None while the
-        latest runs); a run ended outside Capstan (terminated) is passed over."""
+    async def _last_returned(self, run_id: str, tenant: str) -> str | None:
+        """The execution of the tenant's last run of the thread that returned a result (None
+        while the latest runs); a run ended outside Capstan (terminated) is passed over."""
         latest = await self._latest(run_id)
         if latest is None or latest.status == WorkflowExecutionStatus.RUNNING:
             return None
         if latest.status == WorkflowExecutionStatus.COMPLETED:
+            await _check_owner(latest, run_id, tenant)
             return latest.run_id
         query = f"WorkflowId = '{run_id}' AND ExecutionStatus = 'Completed'"
-        async for wf in self.capstan.client.list_workflows(query, limit=1):
-            return wf.run_id
+        async for wf in self.capstan.client.list_workflows(query):
+            if tenant_of_memo(await wf.memo()) == tenant:
+                return wf.run_id
         return None
 
     async def _result(self, run_id: str, execution: str) -> RunResult:

@@ -55,6 +55,8 @@ class CallModelInput(BaseModel):
     tool_result_window_share: float = 0.4
     tool_result_max_lines: int = 2_000
     tool_result_max_bytes: int = 100_000
+    #: the run's workspace key (`RunSpec.workspace`), whose files a local model may choose from
+    workspace: str | None = None
 
 
 class ModelReply(BaseModel):
@@ -89,6 +91,8 @@ class RunToolInput(BaseModel):
     #: for arguments too large to travel inline (a ref the gate could not read): every
     #: `(field, pattern)` that denies the call, which `run_tool` checks on the resolved text
     deny_patterns: tuple[tuple[str, str], ...] | None = None
+    #: the run's workspace key (`RunSpec.workspace`); None: the worker's workspace root
+    workspace: str | None = None
 
 
 class DescribeModelInput(BaseModel):

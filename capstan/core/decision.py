@@ -177,6 +177,7 @@ def _model_request(state: RunState) -> CallModelInput:
         tool_result_window_share=policy.tool_result_window_share,
         tool_result_max_lines=policy.tool_result_max_lines,
         tool_result_max_bytes=policy.tool_result_max_bytes,
+        workspace=state.spec.workspace,
     )
 
 
@@ -221,6 +222,7 @@ def _run_tools(state: RunState) -> RunTools:
                 deny_patterns=_unread_denials(
                     state, c.name, turn.approved_args.get(c.id, c.arguments)
                 ),
+                workspace=state.spec.workspace,
             )
             for c in to_run
         ),

@@ -138,6 +138,7 @@ def child_spec(
         "delegates": definition.delegates if depth < state.spec.max_depth else {},
         "max_steps": min(definition.max_steps, state.spec.max_steps),
         "budgets": carve(state, definition.budgets, shares, tools),
+        "workspace": state.spec.workspace,  # the parent's tenant's (thread's) workspace
     }
     # validated (a renamed field fails here, not silently as an unchecked copy would)
     assert set(update) <= set(RunSpec.model_fields), "a RunSpec field was renamed"

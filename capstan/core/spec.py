@@ -237,13 +237,16 @@ class RunSpec(StrictModel):
     #: child may be: a run at `max_depth - 1` starts children that cannot delegate further
     depth: int = Field(default=0, ge=0)
     max_depth: int = Field(default=2, ge=0, le=8)
+    #: the run's own workspace below the worker's root (`capstan.core.tenants.workspace_key`:
+    #: `<tenant>`, `<tenant>/threads/<thread>`), set by Capstan only; None: the root itself
+    workspace: str | None = None
 
 
 #: Fields of `RunSpec` that Capstan itself sets (threads, delegation, tenancy): never part of a
 #: public request (the HTTP API's request schema leaves them out; a client that sends one is
 #: refused). Add a field here when it is written by Capstan rather than by a caller.
 INTERNAL_FIELDS: frozenset[str] = frozenset(
-    {"continues", "continues_tail", "continues_tokens", "delegates", "depth"}
+    {"continues", "continues_tail", "continues_tokens", "delegates", "depth", "workspace"}
 )
 
 

@@ -23,6 +23,7 @@ from capstan.client.runs import CapstanClient
 from capstan.client.transcript import build_transcript
 from capstan.core.spec import TerminalReason
 from capstan.core.steering import STEERING_TYPES
+from capstan.core.tenants import workspace_subdir
 from capstan.core.workflow_io import AgentInput
 from capstan.runtime.config import Settings
 from capstan.runtime.environment import ConfigError
@@ -95,6 +96,7 @@ async def test_a_run_through_the_api_matches_the_cli_shapes(agent: Agent, worksp
         verified = (await http.get(f"/api/runs/{run_id}/audit/verify", headers=auth(READER))).json()
         expected_steps = build_transcript(live.client.content(), run.view)
     assert run.result.terminal_reason is TerminalReason.COMPLETED
+    workspace = workspace / workspace_subdir("acme")  # the tenant's own (capstan.core.tenants)
     assert (workspace / "b.txt").read_text() == "final" and not (workspace / "a.txt").exists()
     assert status == (await live.client.status(run_id)).model_dump(mode="json")
     assert steps == [s.model_dump(mode="json") for s in expected_steps]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from capstan.core.spec import RunSpec, TerminalReason
+from capstan.core.tenants import workspace_subdir
 from capstan.testing.fake_provider import call, say
 from tests.integration.scripted_agent import FAST, Agent
 from tests.integration.steer_helpers import wait_pending
@@ -83,7 +84,8 @@ async def test_a_childs_request_is_decided_through_its_root(agent: Agent, tmp_pa
         child = await live.client.result(child_id)
     assert run.result.terminal_reason is TerminalReason.COMPLETED, run.result
     assert child.output == "wrote notes.txt"
-    assert (agent.settings.workspace_dir / "notes.txt").read_text() == "hello"
+    own = agent.settings.workspace_dir / workspace_subdir("acme")  # the tenant's, inherited
+    assert (own / "notes.txt").read_text() == "hello"
 
 
 async def test_an_unattended_delegate_needs_an_admin_token(agent: Agent, tmp_path: Path) -> None:

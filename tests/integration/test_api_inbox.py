@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from capstan.core.spec import TerminalReason
+from capstan.core.tenants import workspace_subdir
 from capstan.testing.fake_provider import call, say
 from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_pending
@@ -58,6 +59,8 @@ DELIVERED = re.compile(r"^(Applied\.|Sent: the run takes it at its next step\.)$
 
 
 async def test_review_a_write_in_the_browser(agent: Agent, workspace: Path, tmp_path: Path) -> None:
+    workspace = workspace / workspace_subdir("acme")  # the tenant's own (capstan.core.tenants)
+    workspace.mkdir(parents=True)
     (workspace / "notes.md").write_text(NOTES)
     script = [
         say(call("write_file", path="notes.md", content=DRAFT), content="Updating the notes."),

@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from capstan.core.spec import TerminalReason
+from capstan.core.tenants import workspace_subdir
 from capstan.core.workflow_io import AgentInput
 from capstan.testing.fake_provider import call, say
 from tests.integration.scripted_agent import Agent
@@ -166,7 +167,7 @@ async def test_a_worker_deny_stays_denied_when_the_caller_asks_and_approves(
         steps = (await http.get(f"/api/runs/{run_id}/transcript", headers=auth(ALICE))).json()
     assert result.terminal_reason is TerminalReason.COMPLETED
     assert approved == 0  # never even asked: denied before any approval
-    assert not (workspace / "secrets" / "key.txt").exists()
+    assert not (workspace / workspace_subdir("acme") / "secrets" / "key.txt").exists()
     assert "denied" in str(steps), steps
 
 
@@ -204,4 +205,4 @@ async def test_a_threads_next_run_takes_its_privileges_from_the_sender(
     assert (spec.auto_approve, spec.waive_rule_of_two, spec.sandbox.network) == (False,) * 3
     assert spec.tool_policy["write_file"].decision is None and spec.agent == "unattended"
     assert [a.tool for a in pending.approvals] == ["write_file"]
-    assert not (workspace / "notes.txt").exists()
+    assert not (workspace / workspace_subdir("acme/threads/priv-thread") / "notes.txt").exists()

@@ -202,7 +202,7 @@ def _thread_after(previous: RunSpec) -> Threads:
     """Threads whose thread's last run ended, having started with `previous`."""
     threads = Threads(CapstanClient(_Recorder(), Settings()))  # type: ignore[arg-type]
 
-    async def last(_run_id: str) -> str:
+    async def last(_run_id: str, _tenant: str = "default") -> str:
         return "execution-1"
 
     async def result(_run_id: str, _execution: str) -> RunResult:

@@ -109,7 +109,7 @@ def test_closing_messages_answer_calls_the_run_left_open() -> None:
 
 def test_thread_ids() -> None:
     assert thread_workflow_id("support-42") == "thread-support-42"
-    for bad in ("", "-x", "a b", "x" * 201, "a'b"):
+    for bad in ("", "-x", "a b", "x" * 201, "a'b", "acme:support-42"):
         with pytest.raises(ThreadError):
             thread_workflow_id(bad)
 
