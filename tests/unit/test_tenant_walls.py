@@ -189,3 +189,20 @@ async def test_a_deep_write_is_a_one_line_tool_error(tools: ToolActivities) -> N
     seen = await _call(tools, "write_file", "acme", path="d/" * 3000 + "f", content="x")
     assert seen.startswith("FAILED WorkspaceError") and "too" in seen
     assert "\n" not in seen and len(seen) < 300
+
+
+def test_the_api_names_tenants_as_the_core_does() -> None:
+    from capstan.api import tenancy
+
+    assert (tenancy.TENANT_MEMO, tenancy.DEFAULT_TENANT) == (
+        tenants.TENANT_MEMO,
+        tenants.DEFAULT_TENANT,
+    )
+
+
+def test_a_runs_workspace_as_readers_find_it() -> None:
+    assert tenants.run_workspace_key("default", "thread-ops7") is None
+    assert tenants.run_workspace_key("acme", "run-1/helper-2.0") == "acme"
+    assert tenants.run_workspace_key("acme", "thread-acme:t1/helper-2.0") == "acme/threads/t1"
+    assert tenants.workspace_subdir(None) == ""
+    assert tenants.workspace_subdir("acme") == f"{TENANTS_DIR}/acme/{WORKSPACE_LEAF}"
