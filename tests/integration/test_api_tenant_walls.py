@@ -6,6 +6,7 @@ delivers the default tenant's message to a workflow another tenant started at it
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import httpx
@@ -57,8 +58,9 @@ async def test_another_tenants_run_cannot_read_a_tenants_file(agent: Agent) -> N
             wrote = await _run(http, agent, ROOT, "WRITE")
             theirs = await _run(http, agent, MALLORY, "READ")
             own = await _run(http, agent, ROOT, "READ")
+            thread = f"walls-{uuid.uuid4().hex[:8]}"  # one server per session: a thread of its own
             sent = await http.post(
-                "/api/threads/t1/messages", json={"text": "READ"}, headers=auth(ALICE)
+                f"/api/threads/{thread}/messages", json={"text": "READ"}, headers=auth(ALICE)
             )
             assert sent.status_code == 200, sent.text
             in_thread = await agent.client.result(sent.json()["run_id"])
@@ -85,24 +87,25 @@ async def test_thread_ids_cannot_be_squatted_or_fed_across_tenants(agent: Agent)
                 )
                 for run_id in ("thread-ops7", "thread-acme:t1", "thread-default:x")
             ]
+        ops = f"ops{uuid.uuid4().hex[:6]}"  # `ops7`, unique in this server
         # a workflow another tenant holds at `thread-ops7` (squatted before the ids were
         # reserved, or started by a raw Temporal client): the CLI must not feed it
         await live.client.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=RunSpec(task="WAIT", run_id="thread-ops7")),
-            id="thread-ops7",
+            AgentInput(spec=RunSpec(task="WAIT", run_id=f"thread-{ops}")),
+            id=f"thread-{ops}",
             task_queue=agent.settings.task_queue,
             memo={TENANT_MEMO: "other"},
         )
         fed = await asyncio.to_thread(
-            run_cli, agent.settings, "send", "--thread", "ops7", "the default tenant's secret"
+            run_cli, agent.settings, "send", "--thread", ops, "the default tenant's secret"
         )
         # the default tenant naming acme's thread: refused (it could only squat it)
         named = await asyncio.to_thread(
             run_cli, agent.settings, "send", "--thread", "acme:t1", "hello"
         )
-        history = await live.client.handle("thread-ops7").fetch_history()
-        await live.client.handle("thread-ops7").terminate("test over")
+        history = await live.client.handle(f"thread-{ops}").fetch_history()
+        await live.client.handle(f"thread-{ops}").terminate("test over")
     for refused in squats:
         assert refused.status_code == 422 and "thread-" in refused.text, refused.text
     assert fed.returncode == 2 and "another tenant" in fed.stderr, fed.stderr
