@@ -9,12 +9,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, Usage
 from capstan.core.patterns import Pattern
 from capstan.core.strict import StrictModel
+from capstan.core.tenants import workspace_parts
 
 __all__ = [
     "INTERNAL_FIELDS",
@@ -240,6 +241,15 @@ class RunSpec(StrictModel):
     #: the run's own workspace below the worker's root (`capstan.core.tenants.workspace_key`:
     #: `<tenant>`, `<tenant>/threads/<thread>`), set by Capstan only; None: the root itself
     workspace: str | None = None
+
+    @field_validator("workspace")
+    @classmethod
+    def _plain_workspace_key(cls, key: str | None) -> str | None:
+        """A key of plain names only (no `..`, no absolute path): refused here, for every
+        caller, rather than on each tool call of the run."""
+        if key is not None:
+            workspace_parts(key)
+        return key
 
 
 #: Fields of `RunSpec` that Capstan itself sets (threads, delegation, tenancy): never part of a
