@@ -356,6 +356,11 @@ def _jail_user(settings: SandboxSettings) -> tuple[int, int] | JailUnavailable |
         if settings.uid not in (None, os.geteuid()):
             return JailUnavailable("CAPSTAN_SANDBOX_UID needs a worker running as root")
         return None
+    return root_jail_user(settings)
+
+
+def root_jail_user(settings: SandboxSettings) -> tuple[int, int]:
+    """The uid and gid a root worker's jail runs as (`CAPSTAN_SANDBOX_UID`, default nobody)."""
     uid = settings.uid or NOBODY
     try:
         gid = pwd.getpwuid(uid).pw_gid

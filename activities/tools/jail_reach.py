@@ -12,12 +12,11 @@ never changes a permission.
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import stat
 from pathlib import Path
 
-from capstan.activities.tools.jail import NOBODY, SandboxSettings
+from capstan.activities.tools.jail import SandboxSettings, root_jail_user
 
 __all__ = ["blocking_directory", "workspace_block"]
 
@@ -28,11 +27,7 @@ def workspace_block(workspace: Path, settings: SandboxSettings) -> str | None:
     bubblewrap (the probe says so)."""
     if os.geteuid() != 0 or shutil.which(settings.bwrap) is None:
         return None
-    uid = settings.uid or NOBODY
-    try:
-        gid = pwd.getpwuid(uid).pw_gid
-    except KeyError:
-        gid = uid
+    uid, gid = root_jail_user(settings)
     blocked = blocking_directory(workspace, uid, gid)
     if blocked is None:
         return None
