@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
     )
     from capstan.core.limits import HistoryGauge
+    from capstan.core.patches import Patch
     from capstan.core.spec import RunResult, RunStatus, TerminalReason
     from capstan.core.state import RunState
     from capstan.core.steering import (
@@ -66,18 +67,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from capstan.core.tooling import ToolFailed, ToolOutcome
     from capstan.core.workflow_io import (
-        ANNOUNCE_PATCH,
-        CANCEL_IN_FLIGHT_PATCH,
-        COMPACTION_PATCH,
-        CONTEXT_PATCH,
-        GUARDS_PATCH,
-        LEAST_PRIVILEGE_PATCH,
-        PARALLEL_START_PATCH,
         REQUESTS_MEMO,
         TERMINAL_MEMO,
-        TERMINAL_MEMO_PATCH,
-        TOOL_POLICY_PATCH,
-        WAIT_FRESH_PATCH,
         WORKFLOW_NAME,
         AgentInput,
         OpenRequests,
@@ -87,12 +78,9 @@ with workflow.unsafe.imports_passed_through():
 from capstan.workflows.activity_options import heartbeat_timeout, retry_policy
 from capstan.workflows.children import Children
 from capstan.workflows.notify import announced_before, notify_opened
+from capstan.workflows.patching import deprecate, patched
 
-__all__ = ["LIMITS_PATCH", "AgentWorkflow", "input_of"]
-
-#: `workflow.patched` id: a run continues as new when its history nears Temporal's limits
-#: (`capstan.core.limits`), waiting or not. Runs recorded before it wait on as they did.
-LIMITS_PATCH = "history-limits-v1"
+__all__ = ["AgentWorkflow", "input_of"]
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -112,11 +100,11 @@ class AgentWorkflow:
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
         self._signals = 0  # signals and updates this execution received (Temporal limits them)
         self._updates = 0
-        self._limits_off = False  # replaying a run recorded before LIMITS_PATCH
+        self._limits_off = False  # replaying a run recorded before Patch.LIMITS
         self._announced: list[str] = []  # the request ids the memo lists now
         self._bug: _LoopBugError | None = None  # a loop error met inside a signal handler
         self._children = Children()  # the children (`delegate`) running now
-        #: the model description started beside the tool listing (PARALLEL_START_PATCH)
+        #: the model description started beside the tool listing (Patch.PARALLEL_START)
         self._describing: tuple[DescribeModel, asyncio.Future[Outcome]] | None = None
 
     @workflow.run
@@ -124,14 +112,14 @@ class AgentWorkflow:
         if start.carried is None:
             # Retired: every run has tool policy, context management and guards. Histories that
             # carry these markers still replay; the calls go once none is left running.
-            workflow.deprecate_patch(TOOL_POLICY_PATCH)
-            workflow.deprecate_patch(CONTEXT_PATCH)
-            workflow.deprecate_patch(GUARDS_PATCH)
+            deprecate(Patch.TOOL_POLICY)
+            deprecate(Patch.CONTEXT)
+            deprecate(Patch.GUARDS)
         # every execution asks (a continued one starts fresh, so it takes the new rules)
-        legacy_policy = not workflow.patched(LEAST_PRIVILEGE_PATCH)
+        legacy_policy = not patched(Patch.LEAST_PRIVILEGE)
         if legacy_policy != self.state.legacy_policy:
             self.state = dataclasses.replace(self.state, legacy_policy=legacy_policy)
-        if not workflow.patched(COMPACTION_PATCH):  # recorded before compaction hysteresis
+        if not patched(Patch.COMPACTION):  # recorded before compaction hysteresis
             context = dataclasses.replace(self.state.context, hysteresis=False)
             self.state = dataclasses.replace(self.state, context=context)
         return await self._main(start)
@@ -248,7 +236,7 @@ class AgentWorkflow:
         write the reason to the memo, where listings read it."""
         counter = workflow.metric_meter().create_counter("capstan_runs_ended", "runs")
         counter.add(1, {"terminal_reason": result.terminal_reason.value})
-        if workflow.patched(TERMINAL_MEMO_PATCH):
+        if patched(Patch.TERMINAL_MEMO):
             workflow.upsert_memo({TERMINAL_MEMO: result.terminal_reason.value})
         return result
 
@@ -258,7 +246,7 @@ class AgentWorkflow:
         Each request not announced before is posted to the worker's webhooks, unawaited."""
         opened = [r.request_id for r in self.state.turn.approvals]
         opened += [q.request_id for q in self.state.turn.questions]
-        if opened == self._announced or not workflow.patched(ANNOUNCE_PATCH):
+        if opened == self._announced or not patched(Patch.ANNOUNCE):
             return
         announced = announced_before()  # the memo, before this upsert
         self._announced = opened
@@ -313,7 +301,7 @@ class AgentWorkflow:
             if (
                 isinstance(effect, ContinueAsNew)
                 and effect.before_wait
-                and not workflow.patched(WAIT_FRESH_PATCH)
+                and not patched(Patch.WAIT_FRESH)
             ):
                 effect = loop.next_effect(self.state, continue_suggested=suggested, history=gauge)
             if (
@@ -328,11 +316,11 @@ class AgentWorkflow:
 
     def _limits_apply(self, gauge: HistoryGauge) -> bool:
         """Whether a continue-as-new the history limits call for may happen: always when the
-        rules before LIMITS_PATCH call for it too, else in runs recorded with the patch."""
+        rules before Patch.LIMITS call for it too, else in runs recorded with the patch."""
         if self._limits_off:
             return False
         before = loop.next_effect(self.state, continue_suggested=gauge.suggested)
-        if isinstance(before, ContinueAsNew) or workflow.patched(LIMITS_PATCH):
+        if isinstance(before, ContinueAsNew) or patched(Patch.LIMITS):
             return True
         self._limits_off = True
         return False
@@ -365,7 +353,7 @@ class AgentWorkflow:
         await workflow.wait_condition(
             lambda: work.done() or self.state.steering.cancel_reason is not None
         )
-        if work.done() or not workflow.patched(CANCEL_IN_FLIGHT_PATCH):
+        if work.done() or not patched(Patch.CANCEL_IN_FLIGHT):
             return await work
         work.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -393,7 +381,7 @@ class AgentWorkflow:
         """Start `describe_model` beside `list_tools`: the loop asks for it right after the
         listing, with an input that only the spec decides. Its outcome waits here until then (a
         run that ends first, on a failed listing or a cancel, leaves it unread)."""
-        if self._describing is None and workflow.patched(PARALLEL_START_PATCH):
+        if self._describing is None and patched(Patch.PARALLEL_START):
             early = model_description(self.state)
             self._describing = (early, asyncio.ensure_future(self._perform_activity(early)))
 

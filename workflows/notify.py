@@ -30,10 +30,12 @@ with workflow.unsafe.imports_passed_through():
         delivery_queue,
         newly_opened,
     )
+    from capstan.core.patches import Patch
     from capstan.core.spec import ActivityTuning
-    from capstan.core.workflow_io import NOTIFY_PATCH, REQUESTS_MEMO, OpenRequests
+    from capstan.core.workflow_io import REQUESTS_MEMO, OpenRequests
 
 from capstan.workflows.activity_options import retry_policy
+from capstan.workflows.patching import patched
 
 __all__ = ["announced_before", "notify_opened"]
 
@@ -58,7 +60,7 @@ def notify_opened(
     """Start a `notify_request` for each request of `requests` not in `announced` whose kind
     is in `kinds` (the catalog's `notify`: what the worker's hooks want; None, every kind)."""
     fresh = newly_opened(run_id, requests.approvals, requests.questions, announced, kinds)
-    if not fresh or not workflow.patched(NOTIFY_PATCH):
+    if not fresh or not patched(Patch.NOTIFY):
         return
     for item in fresh:
         handle = _start(item, tuning)

@@ -15,7 +15,7 @@ the next, rewriting the conversation every step. The climb is skipped when a sum
 get there either: when the pinned messages and the kept turns alone (`kept_tokens`, reported by
 the compaction) exceed the target, the window is too small for `keep_turns` and pruning each
 step is the cheaper way to stay inside it. Runs recorded before this rule
-(`ContextState.hysteresis` off, see `COMPACTION_PATCH`) keep their old decisions on replay.
+(`ContextState.hysteresis` off, see `Patch.COMPACTION`) keep their old decisions on replay.
 """
 
 from __future__ import annotations

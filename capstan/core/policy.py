@@ -66,7 +66,7 @@ def policy_for(
     name: str, info: ToolInfo, spec: RunSpec, rule_of_two: bool, legacy: bool = False
 ) -> tuple[PolicyDecision, str]:
     """The decision for a call of `name` and the reason a reviewer is shown. `legacy`: the
-    precedence of executions recorded before `LEAST_PRIVILEGE_PATCH` (replay only)."""
+    precedence of executions recorded before `Patch.LEAST_PRIVILEGE` (replay only)."""
     rule = spec.tool_policy.get(name)
     worker = _worker_decision(info.policy)
     decide = _legacy_decision if legacy else privilege.tool_decision
@@ -94,7 +94,7 @@ def _legacy_decision(
     read_only: bool,
     auto_approve: bool,
 ) -> tuple[PolicyDecision, str]:
-    """Before `LEAST_PRIVILEGE_PATCH`: the run's rule, else the worker's, else the default;
+    """Before `Patch.LEAST_PRIVILEGE`: the run's rule, else the worker's, else the default;
     auto-approve turned any ask into allow. Kept so recorded executions replay as they ran."""
     decision: PolicyDecision
     if run is not None:
@@ -121,7 +121,7 @@ def check_arguments(
     name: str, info: ToolInfo, spec: RunSpec, arguments: Text, legacy: bool = False
 ) -> str | None:
     """Why these arguments may not run (schema or a denied pattern), or None. `legacy`: a run's
-    pattern for a field replaces the worker's, as before `LEAST_PRIVILEGE_PATCH` (replay)."""
+    pattern for a field replaces the worker's, as before `Patch.LEAST_PRIVILEGE` (replay)."""
     if isinstance(arguments, BlobRef):
         return None  # too large to read here: `run_tool` checks them (`denied_by`)
     try:
@@ -144,7 +144,7 @@ def deny_patterns(
 ) -> tuple[tuple[str, str], ...]:
     """Every `(field, pattern)` that denies a call of `name`: the worker's and the run's all
     apply (a run adds patterns, it never replaces the worker's; `legacy`: it did before
-    `LEAST_PRIVILEGE_PATCH`)."""
+    `Patch.LEAST_PRIVILEGE`)."""
     rule = spec.tool_policy.get(name)
     own = sorted(rule.deny_arguments.items()) if rule is not None else []
     workers = sorted(info.deny_arguments.items())

@@ -129,7 +129,7 @@ class ContextState:
     compactions: int = 0
     model_switches: tuple[str, ...] = ()
     #: compaction hysteresis (`capstan.core.context.RELIEF`); off only when replaying a run
-    #: recorded before it (the workflow sets it from `COMPACTION_PATCH`)
+    #: recorded before it (the workflow sets it from `Patch.COMPACTION`)
     hysteresis: bool = True
     #: tokens the last compaction could not remove (pinned messages and kept turns)
     kept_tokens: int = 0
@@ -182,7 +182,7 @@ class RunState:
     diagnostics: tuple[str, ...] = ()
     #: the children this run started (`delegate`), most recent last (`children.MAX_CHILDREN`)
     children: tuple[ChildRun, ...] = ()
-    #: this execution was recorded before `LEAST_PRIVILEGE_PATCH`: its run's tool rules take
+    #: this execution was recorded before `Patch.LEAST_PRIVILEGE`: its run's tool rules take
     #: precedence over the worker's, as they did then (set by the workflow, for replay only)
     legacy_policy: bool = False
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from capstan.core.patches import Patch
 from capstan.core.spec import TerminalReason
-from capstan.core.workflow_io import PARALLEL_START_PATCH
 from capstan.testing.fake_provider import call, say
 from tests.integration.helpers import history_events
 from tests.integration.scripted_agent import Agent
@@ -51,7 +51,7 @@ async def test_tools_and_model_are_asked_for_at_once(agent: Agent, workspace) ->
         events = await history_events(live.client.handle(run_id))
     assert run.result.terminal_reason is TerminalReason.COMPLETED
     assert _first_task_schedules(events) == ["list_tools", "describe_model"]
-    assert PARALLEL_START_PATCH in _patches(events)
+    assert Patch.PARALLEL_START in _patches(events)
     scheduled = [
         e["activityTaskScheduledEventAttributes"]["activityType"]["name"]
         for e in events

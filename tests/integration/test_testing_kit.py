@@ -101,7 +101,7 @@ async def test_allowed_tools_keep_a_business_agent_to_its_tools(server_address: 
         result = await env.run("Where is order 1?", allowed_tools=["lookup_order"])
         offered = {t["function"]["name"] for t in env.model.requests[0]["tools"]}
         refused = [m for m in env.model.requests[1]["messages"] if m["role"] == "tool"]
-        assert not list(env.workspace.iterdir())
+        assert not [p for p in env.workspace.rglob("*") if p.is_file()]  # run_shell never ran
     assert offered == {"lookup_order", "finish"}, offered
     assert "run_shell" in refused[0]["content"]
     assert result.output == "order 1 shipped" and CALLS["lookup_order"] == [{"order": 1}]

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
+from capstan.core.patches import Patch
 from capstan.core.spec import TerminalReason
-from capstan.core.workflow_io import WAIT_FRESH_PATCH
 from capstan.testing.fake_provider import call, say
 from tests.integration.helpers import chain_events, quiet_events
 from tests.integration.scripted_agent import Agent
@@ -58,7 +58,7 @@ async def test_a_run_waits_for_approval_in_a_short_fresh_execution(
     assert run.result.terminal_reason is TerminalReason.COMPLETED and run.result.output == "written"
     assert (workspace / "a.txt").read_text().strip() == "approved"
     assert _types(chain).count("WORKFLOW_EXECUTION_CONTINUED_AS_NEW") == 1
-    assert WAIT_FRESH_PATCH in _patches(chain)
+    assert Patch.WAIT_FRESH in _patches(chain)
     # this worker has no webhooks (its listing says so): no notify_request, no task to wake
     assert '"notify_request"' not in json.dumps(chain)
     assert run.result.steps == steps_before + 1
