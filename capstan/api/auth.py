@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from capstan.api.errors import ApiError
 from capstan.api.settings import ApiSettings
+from capstan.core.strict import StrictModel
 from capstan.core.tenants import TENANT_PATTERN
 from capstan.runtime.environment import ConfigError
 
@@ -88,9 +89,7 @@ class Principal(BaseModel):
         return Scope.ADMIN in self.scopes or scope in self.scopes
 
 
-class _TokenEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class _TokenEntry(StrictModel):
     token: str | None = Field(None, min_length=MIN_TOKEN_CHARS)
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     identity: str = Field(min_length=1)

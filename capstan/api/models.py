@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, Field, create_model
 
 from capstan.core.spec import INTERNAL_FIELDS, RunSpec
 from capstan.core.strict import StrictModel
@@ -67,11 +67,9 @@ class SteerResult(BaseModel):
     detail: str = ""
 
 
-class ApproveBody(BaseModel):
+class ApproveBody(StrictModel):
     """Approve the open request (`capstan approve`): as it is, with edited `arguments`
     (re-validated against the tool's schema), or `always` for the rest of the run."""
-
-    model_config = ConfigDict(extra="forbid")
 
     request_id: str | None = Field(None, max_length=1200, description="default: the only one")
     args_hash: str | None = Field(None, max_length=128, description="the hash you were shown")
@@ -81,10 +79,8 @@ class ApproveBody(BaseModel):
     id: str = InputId
 
 
-class DenyBody(BaseModel):
+class DenyBody(StrictModel):
     """Deny the open request (`capstan deny`); the reason is what the model sees."""
-
-    model_config = ConfigDict(extra="forbid")
 
     request_id: str | None = Field(None, max_length=1200, description="default: the only one")
     args_hash: str | None = Field(None, max_length=128)

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends
-from pydantic import BaseModel, ConfigDict, create_model
+from pydantic import BaseModel, create_model
 
 from capstan.api.auth import Principal, Scope
 from capstan.api.backend import tenancy, writer
@@ -38,6 +38,7 @@ from capstan.core.steering import (
     SteeringBase,
     SteeringPayload,
 )
+from capstan.core.strict import StrictModel
 
 __all__ = ["body_model", "router", "scope_of"]
 
@@ -64,7 +65,7 @@ def body_model(kind: type[SteeringPayload]) -> type[BaseModel]:
     }
     return create_model(
         f"{kind.__name__}Body",
-        __config__=ConfigDict(extra="forbid"),
+        __base__=StrictModel,
         __doc__=kind.__doc__,
         **fields,
     )

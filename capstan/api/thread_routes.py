@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from capstan.api.auth import Principal, Scope, require
 from capstan.api.backend import tenancy, writer
@@ -23,6 +23,7 @@ from capstan.api.tenancy import Tenancy
 from capstan.client.runs import CapstanError, RunNotFoundError
 from capstan.client.threads import Sent, ThreadError, ThreadRun, Threads, thread_workflow_id
 from capstan.core.spec import RunSpec
+from capstan.core.strict import StrictModel
 
 __all__ = ["ThreadMessage", "router"]
 
@@ -31,10 +32,8 @@ Runs = Annotated[Tenancy, Depends(tenancy)]
 ThreadPath = Annotated[str, Path(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")]
 
 
-class ThreadMessage(BaseModel):
+class ThreadMessage(StrictModel):
     """A message to a thread: delivered to its running run, or the task of its next run."""
-
-    model_config = ConfigDict(extra="forbid")
 
     text: str = Field(min_length=1)
     #: resending the same id is a no-op for a run that has it

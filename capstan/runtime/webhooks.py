@@ -49,6 +49,7 @@ from urllib.parse import unquote, urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from capstan.core.notify import NotifyKind
+from capstan.core.strict import StrictModel
 from capstan.runtime.environment import ConfigError, validation_summary
 
 __all__ = [
@@ -78,11 +79,11 @@ SEEN_CAPACITY = 10_000
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
 
-class Hook(BaseModel):
+class Hook(StrictModel):
     """One webhook. Exactly one of `url` / `url_env`; at most one of `secret_env` /
     `secret_file`; a `json` hook must be signed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True)
 
     name: str
     url: str | None = None
