@@ -2,7 +2,8 @@
 
 The document is read from a real `capstan serve` (a subprocess on the session's dev server).
 `openapi-typescript` (npm, default flags) writes types that a strict `tsc` must accept for what
-a TypeScript caller writes (a run started with only `task`, every answer field present);
+a TypeScript caller writes (a run started with only `task`, every answer field present), and a
+program on those types and `openapi-fetch` drives a run under node;
 `openapi-python-client` (PyPI, the dev extra) writes a package that starts a run, sees its
 approval request, approves it and reads the result, against an in-process worker whose model is
 the fake provider.
@@ -37,7 +38,7 @@ from tests.integration.scripted_agent import Agent
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 #: the generators and the compiler, pinned; bump them here on purpose
-NPM_TOOLS = {"openapi-typescript": "7.13.0", "typescript": "5.9.3"}
+NPM_TOOLS = {"openapi-fetch": "0.17.0", "openapi-typescript": "7.13.0", "typescript": "5.9.3"}
 NPM_DIR = ROOT / ".capstan" / "npm-tools"
 TOKEN = "generated-client-token-0123456789"
 BIN = Path(sys.executable).parent
@@ -196,6 +197,88 @@ def test_typescript_client_compiles(capstan_serve: str, tmp_path: Path) -> None:
     (tmp_path / "usage.ts").write_text(USAGE_TS)
     (tmp_path / "tsconfig.json").write_text(json.dumps(TSCONFIG))
     run(tsc, "-p", tmp_path / "tsconfig.json", cwd=tmp_path)
+
+
+DRIVE_TS = """\
+// A TypeScript program on the generated types: start a run, approve its request, read its end.
+import createClient from "openapi-fetch";
+import type { paths } from "./api.js";
+
+declare const process: { argv: string[] };
+const [base, token] = process.argv.slice(2);
+const api = createClient<paths>({ baseUrl: base, headers: { Authorization: `Bearer ${token}` } });
+const sleep = (ms: number) => new Promise((done) => setTimeout(done, ms));
+
+const started = await api.POST("/api/runs", { body: { task: "write a.txt", max_steps: 5 } });
+if (!started.data) throw new Error(JSON.stringify(started.error));
+const run_id = started.data.run_id;
+const path = { params: { path: { run_id } } };
+let request = undefined;
+for (let i = 0; i < 600 && !request; i++) {
+  request = (await api.GET("/api/runs/{run_id}/pending", path)).data?.approvals[0];
+  await sleep(100);
+}
+if (!request) throw new Error("no approval request");
+const decided = await api.POST("/api/runs/{run_id}/approve", {
+  ...path,
+  body: { request_id: request.request_id, args_hash: request.args_hash },
+});
+if (!decided.data) throw new Error(JSON.stringify(decided.error));
+let status = (await api.GET("/api/runs/{run_id}", path)).data;
+for (let i = 0; i < 600 && !status?.terminal_reason; i++) {
+  await sleep(100);
+  status = (await api.GET("/api/runs/{run_id}", path)).data;
+}
+console.log(JSON.stringify({
+  tool: request.tool,
+  applied: decided.data.applied,
+  terminal_reason: status?.terminal_reason,
+  output: status?.output,
+}));
+"""
+
+
+async def test_typescript_client_drives_a_run(
+    agent: Agent, workspace: Path, capstan_serve: str, tmp_path: Path
+) -> None:
+    """The generated types with `openapi-fetch`, compiled by strict tsc and run by node: the
+    program starts a run, approves its write and reads the result, over a real socket."""
+    generator, tsc = npm_bin("openapi-typescript"), npm_bin("tsc")
+    node = shutil.which("node")
+    assert node is not None  # npm is there (npm_bin skips otherwise), so node is
+    await asyncio.to_thread(
+        run, generator, tmp_path / "openapi.json", "-o", tmp_path / "api.d.ts", cwd=tmp_path
+    )
+    (tmp_path / "node_modules").symlink_to(NPM_DIR / "node_modules")
+    (tmp_path / "drive.mts").write_text(DRIVE_TS)
+    config = {
+        "compilerOptions": {
+            "strict": True,
+            "target": "es2022",
+            "module": "nodenext",
+            "moduleResolution": "nodenext",
+            "skipLibCheck": True,
+        },
+        "files": ["drive.mts"],
+    }
+    (tmp_path / "tsconfig.json").write_text(json.dumps(config))
+    await asyncio.to_thread(run, tsc, "-p", tmp_path / "tsconfig.json", cwd=tmp_path)
+    script = [
+        say(call("write_file", path="a.txt", content="from TypeScript")),
+        say(call("finish", answer="done")),
+    ]
+    async with agent.serving(script):
+        out = await asyncio.to_thread(
+            run, node, tmp_path / "drive.mjs", capstan_serve, TOKEN, cwd=tmp_path
+        )
+    said = json.loads(out.strip().splitlines()[-1])
+    assert said == {
+        "tool": "write_file",
+        "applied": True,
+        "terminal_reason": "completed",
+        "output": "done",
+    }
+    assert (workspace / "a.txt").read_text() == "from TypeScript"
 
 
 async def poll(get: Any, ready: Any, timeout: float = 60.0) -> Any:
