@@ -21,3 +21,33 @@ def test_every_route_naming_a_run_is_in_the_tenant_table() -> None:
     }
     covered = {(method, path.replace("RUN", "{run_id}")) for method, path, _ in _every_route("RUN")}
     assert documented == covered
+
+
+#: every documented route that does not name a run, by how it is kept to the caller's tenant
+#: (and the test that shows it); a route added later fails below until it is placed here
+TENANT_SCOPED = {
+    # lists only the caller's tenant's runs:
+    # test_api.py::test_another_tenant_sees_and_steers_nothing
+    ("GET", "/api/runs"): "lists the caller's tenant",
+    ("GET", "/api/pending"): "lists the caller's tenant",
+    # starts a run owned by the caller's tenant, in its workspace: test_api_tenant_walls.py
+    ("POST", "/api/runs"): "owned by the caller's tenant",
+    # a thread id is the tenant's own (capstan.core.tenants.thread_workflow_id):
+    # test_api_threads.py,
+    # test_api_tenant_walls.py::test_thread_ids_cannot_be_squatted_or_fed_across_tenants
+    ("GET", "/api/threads/{thread}"): "the caller's tenant's thread",
+    ("POST", "/api/threads/{thread}/messages"): "the caller's tenant's thread",
+    # the caller's own token: no run, no tenant data
+    ("GET", "/api/whoami"): "the caller only",
+}
+
+
+def test_every_other_route_is_placed_in_the_tenant_table() -> None:
+    app = create_app(Settings(), ApiSettings(), tokens=TokenStore({}))
+    others = {
+        (method.upper(), path)
+        for path, operations in app.openapi()["paths"].items()
+        if "{run_id}" not in path
+        for method in operations
+    }
+    assert others == set(TENANT_SCOPED)
