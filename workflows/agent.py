@@ -53,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from capstan.core.limits import HistoryGauge
     from capstan.core.patches import Patch
-    from capstan.core.spec import RunResult, RunStatus, TerminalReason
+    from capstan.core.spec import STATUS_DIAGNOSTICS, RunResult, RunStatus, TerminalReason
     from capstan.core.state import RunState
     from capstan.core.steering import (
         STEER,
@@ -344,6 +344,7 @@ class AgentWorkflow:
             error=f"internal error: {type(bug.cause).__name__}: {bug.cause}",
             steps=self.state.step,
             usage=self.state.usage,
+            diagnostics=self.state.diagnostics[-STATUS_DIAGNOSTICS:],
         )
 
     async def _perform_unless_cancelled(self, effect: Effect) -> Outcome | None:

@@ -93,6 +93,7 @@ class Snapshot:
                 error=result.error,
                 usage=result.usage,
                 continued=continued,
+                diagnostics=list(result.diagnostics),
                 source="result",
             )
         opened = self.open_requests()

@@ -144,19 +144,6 @@ class RunSummary(BaseModel):
     note: str | None = None
 
 
-def _with_ending(asked: RunStatus, closed: RunStatus) -> RunStatus:
-    """A closed run's status as its worker answers it, with the ending from its result."""
-    return asked.model_copy(
-        update={
-            "phase": "finished",
-            "terminal_reason": closed.terminal_reason,
-            "output": closed.output,
-            "error": closed.error or asked.error,
-            "source": "result",
-        }
-    )
-
-
 class CapstanClient:
     """Start and steer agent runs. Every call works while no worker is running."""
 
@@ -234,17 +221,16 @@ class CapstanClient:
         answers from its result, a running one from its worker or, with none answering, from
         its history (`source` says which)."""
         desc = await self.describe(run_id)
-        running = desc.status == WorkflowExecutionStatus.RUNNING
-        closed = None if running else await self._closed_status(run_id, desc)
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            # its result says all (diagnostics included): no worker is asked, so a worker
+            # that died but is still listed as polling never holds the answer up
+            return await self._closed_status(run_id, desc)
         if await self.workers_polling():
             with contextlib.suppress(RPCError, TimeoutError):
                 asked: RunStatus = await asyncio.wait_for(
                     self.handle(run_id).query("status", result_type=RunStatus), query_timeout
                 )
-                # a worker knows more (diagnostics); the result is the word on how it ended
-                return asked if closed is None else _with_ending(asked, closed)
-        if closed is not None:
-            return closed
+                return asked
         return Snapshot(run_id, await load_histories(self.client, run_id)).status(None)
 
     async def _closed_status(self, run_id: str, desc: WorkflowExecutionDescription) -> RunStatus:

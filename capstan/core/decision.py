@@ -45,7 +45,7 @@ from capstan.core.effects import (
 from capstan.core.finish import finish_answer
 from capstan.core.gate import open_requests
 from capstan.core.limits import HistoryGauge
-from capstan.core.spec import SANDBOX_TOOLS, RunResult, TerminalReason
+from capstan.core.spec import SANDBOX_TOOLS, STATUS_DIAGNOSTICS, RunResult, TerminalReason
 from capstan.core.state import Ending, RunState
 from capstan.core.tooling import ToolInfo
 
@@ -246,6 +246,7 @@ def result(state: RunState) -> RunResult:
         conversation=state.conversation.head,
         tail=state.conversation.pending + state.steering.inbox,
         context_tokens=state.context.tokens,
+        diagnostics=state.diagnostics[-STATUS_DIAGNOSTICS:],
     )
 
 

@@ -260,6 +260,10 @@ INTERNAL_FIELDS: frozenset[str] = frozenset(
 )
 
 
+#: how many of a run's latest diagnostics its status (and its result) carry
+STATUS_DIAGNOSTICS = 10
+
+
 class RunStatus(BaseModel):
     """The answer of the `status` query."""
 
@@ -294,3 +298,6 @@ class RunResult(BaseModel):
     conversation: BlobRef | None = None
     tail: tuple[Message, ...] = ()
     context_tokens: int = 0
+    #: the run's last diagnostics (as `RunStatus.diagnostics`), so a closed run's status is
+    #: answered from its result with no worker asked
+    diagnostics: tuple[str, ...] = ()

@@ -36,7 +36,7 @@ from capstan.core.guards import Streaks
 from capstan.core.idset import IdSet
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.models import ModelChain, ModelInfo
-from capstan.core.spec import Phase, RunSpec, RunStatus, TerminalReason
+from capstan.core.spec import STATUS_DIAGNOSTICS, Phase, RunSpec, RunStatus, TerminalReason
 from capstan.core.steering import ApprovalRecord, ApprovalRequest, PendingView, Question
 from capstan.core.tooling import ToolCatalog, ToolOutcome
 
@@ -265,5 +265,5 @@ class RunState:
             continued=self.segment.continued,
             paused=self.steering.paused,
             waiting_for=self.waiting_for() if waiting_for is None else waiting_for,
-            diagnostics=list(self.diagnostics[-10:]),
+            diagnostics=list(self.diagnostics[-STATUS_DIAGNOSTICS:]),
         )
