@@ -42,11 +42,12 @@ from capstan.activities.tools.mcp import McpTools, load_mcp
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.activities.tools.workspaces import tenants_root
 from capstan.client.runs import connect_temporal
+from capstan.core.errors import CapstanError
 from capstan.core.spec import ToolRule
 from capstan.runtime.blobs import blob_store_for, check_blob_store, content_store_for
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import ConfigError, ModelSettings, Settings
-from capstan.runtime.embedded import EmbeddedServer, EmbeddedServerError
+from capstan.runtime.embedded import EmbeddedServer
 from capstan.runtime.environment import validation_summary
 from capstan.runtime.health import Health, blob_check, serve_health, temporal_check
 from capstan.runtime.local_model import local_model_env
@@ -54,7 +55,6 @@ from capstan.runtime.memory import release_when_idle, tune_malloc
 from capstan.runtime.run_cache import RunCache
 from capstan.runtime.sdk_shortcuts import install as install_sdk_shortcuts
 from capstan.runtime.telemetry import Instruments, configure_from_env, tracing_configured
-from capstan.runtime.temporal_connection import TemporalConnectError
 from capstan.runtime.webhooks import load_webhooks
 from capstan.startup import check_models, check_variables, log_offer
 from capstan.workflows.agent import AgentWorkflow
@@ -435,7 +435,7 @@ def main() -> None:
 
     try:
         asyncio.run(serve())
-    except (ConfigError, TemporalConnectError, EmbeddedServerError) as exc:
+    except CapstanError as exc:  # configuration, connection, store: capstan.core.errors
         log.error("%s", exc)  # one line, no traceback: it names what to change
         sys.exit(2)
 

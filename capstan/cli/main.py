@@ -37,7 +37,6 @@ from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.transcript import build_transcript
 from capstan.client.watch import format_step
 from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
-from capstan.runtime.blobstore import BlobError
 from capstan.runtime.config import Settings
 from capstan.runtime.embedded import (
     UI_PORT_OFFSET,
@@ -45,8 +44,6 @@ from capstan.runtime.embedded import (
     EmbeddedServerError,
     running_ui,
 )
-from capstan.runtime.environment import ConfigError
-from capstan.runtime.temporal_connection import TemporalConnectError
 
 __all__ = ["main"]
 
@@ -349,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
         logging.basicConfig(level=logging.WARNING, format="capstan: %(message)s")
     try:
         code = asyncio.run(args.fn(args, Settings.from_env()))
-    except (CliError, CapstanError, BlobError, ConfigError, TemporalConnectError) as exc:
+    except CapstanError as exc:  # every error Capstan raises on purpose (capstan.core.errors)
         print(f"capstan: {exc}", file=sys.stderr)
         code = EXIT_ERROR
     except KeyboardInterrupt:

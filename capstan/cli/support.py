@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from capstan.audit.display import duration
 from capstan.client.agents import load_spec, resolve_agent
 from capstan.client.runs import CapstanClient
+from capstan.core.errors import CapstanError
 from capstan.core.spec import RunSpec
 from capstan.runtime.config import ConfigError, Settings
 from capstan.runtime.temporal_connection import TemporalConnectError
@@ -37,7 +38,7 @@ CONNECT_TIMEOUT = 10.0
 Command = Callable[[argparse.Namespace, Settings], Awaitable[int]]
 
 
-class CliError(Exception):
+class CliError(CapstanError):
     """A failure worth one clear line."""
 
 

@@ -39,6 +39,7 @@ from capstan.audit.snapshot import Snapshot
 from capstan.core import privilege
 from capstan.core.activity_table import ActivityName
 from capstan.core.children import ChildRun
+from capstan.core.errors import CapstanError, SteeringError
 from capstan.core.inputs import size_problem
 from capstan.core.limits import INPUT_TEXT_BYTES
 from capstan.core.spec import RunResult, RunSpec, RunStatus
@@ -88,16 +89,8 @@ __all__ = [
 ]
 
 
-class CapstanError(Exception):
-    """A client call that could not be made, in one clear line."""
-
-
 class RunNotFoundError(CapstanError):
     """No run has this id."""
-
-
-class SteeringError(CapstanError):
-    """A steering call that could not be made (e.g. which request to decide is ambiguous)."""
 
 
 class RejectedError(SteeringError):

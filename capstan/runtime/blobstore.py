@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from capstan.core.content import INLINE_LIMIT_BYTES, BlobRef, Text, preview_of
+from capstan.core.errors import StoreError
 from capstan.runtime.codec import CodecError, Keyring, blob_key_id, is_sealed_blob
 
 __all__ = [
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 
-class BlobError(Exception):
+class BlobError(StoreError):
     """Base of blob store errors; each message is one line naming the blob and the store.
 
     BlobError

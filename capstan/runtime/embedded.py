@@ -20,6 +20,7 @@ from types import TracebackType
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
+from capstan.core.errors import ConnectError
 from capstan.runtime.processes import stop_process
 
 __all__ = [
@@ -54,7 +55,7 @@ TENANT_SEARCH_ATTRIBUTE = "CapstanTenant"
 SEARCH_ATTRIBUTES = ((TENANT_SEARCH_ATTRIBUTE, "Keyword"),)
 
 
-class EmbeddedServerError(RuntimeError):
+class EmbeddedServerError(ConnectError):
     """The embedded server could not be started or reached."""
 
 

@@ -22,12 +22,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from capstan.core.errors import ConfigError
+
 __all__ = ["ConfigError", "EnvSettings", "validation_summary", "variables_of"]
-
-
-class ConfigError(ValueError):
-    """A setting, variable or configuration file that cannot be used; the message is one line
-    naming it and what is wrong."""
 
 
 class _MappingSource(EnvSettingsSource):

@@ -20,6 +20,7 @@ from types import TracebackType
 
 import httpx
 
+from capstan.core.errors import ConnectError
 from capstan.runtime.processes import stop_process
 
 __all__ = ["LOCAL_PROFILE", "LocalModelError", "LocalModelServer", "available", "gguf_path"]
@@ -28,7 +29,7 @@ LOCAL_PROFILE = "local:smollm2"
 DEFAULT_PORT = 8765
 
 
-class LocalModelError(RuntimeError):
+class LocalModelError(ConnectError):
     """The local model server could not be started."""
 
 

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretBytes, SecretStr
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS
 from temporalio.service import TLSConfig
 
+from capstan.core.errors import ConnectError
 from capstan.runtime.environment import ConfigError
 
 __all__ = [
@@ -46,7 +47,7 @@ _ROLES = {  # field -> (variable stem, what it is)
 }
 
 
-class TemporalConnectError(ConnectionError):
+class TemporalConnectError(ConnectError):
     """Temporal could not be reached or refused the connection; the message is one line."""
 
     def __init__(self, message: str, *, unreachable: bool = False) -> None:

@@ -32,6 +32,7 @@ async def test_run_wait_json_status_and_ls(agent: Agent, settings: Settings) -> 
     assert set(result) == {
         *("run_id", "terminal_reason", "output", "error", "steps", "usage"),
         *("conversation", "tail", "context_tokens"),  # where a thread's next run goes on from
+        "diagnostics",  # what `status` of the closed run shows, with no worker asked
     }
     assert json.loads(status.stdout)["phase"] == "finished"
     assert "call    list_dir({})" in transcript.stdout
