@@ -6,19 +6,17 @@ import argparse
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
-
-from capstan.audit.history import load_histories
-from capstan.audit.render import render_trail
-from capstan.audit.trail import build_trail, verify_chain
-from capstan.audit.tree import tree_entries
 from capstan.cli.support import EXIT_OK, CliError, Command
 from capstan.cli.support import client_for as _client
 from capstan.runtime.config import Settings
+
+if TYPE_CHECKING:
+    from temporalio.client import WorkflowHistory
+
+# History reading, trail rendering and the replayer load in the command that uses them: every
+# other command (and `capstan --help`) would pay for them at start otherwise.
 
 __all__ = ["register_audit", "replay_histories"]
 
@@ -27,6 +25,11 @@ EXIT_PROBLEMS = 1
 
 
 async def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.audit.history import load_histories
+    from capstan.audit.render import render_trail
+    from capstan.audit.trail import build_trail, verify_chain
+    from capstan.audit.tree import tree_entries
+
     if args.verify_file:
         records = [
             json.loads(line) for line in Path(args.verify_file).read_text().splitlines() if line
@@ -70,6 +73,9 @@ async def cmd_audit(args: argparse.Namespace, settings: Settings) -> int:
 
 async def replay_histories(histories: list[WorkflowHistory]) -> list[str]:
     """Replay each history against the current workflow code; the divergences, in words."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.worker import Replayer
+
     from capstan.workflows.agent import AgentWorkflow
 
     replayer = Replayer(workflows=[AgentWorkflow], data_converter=pydantic_data_converter)
@@ -85,6 +91,8 @@ async def replay_histories(histories: list[WorkflowHistory]) -> list[str]:
 
 
 async def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.audit.history import load_histories
+
     if args.file:
         histories = _history_files(Path(args.file))
     elif args.run_id:
@@ -119,6 +127,9 @@ def _history_files(path: Path) -> list[WorkflowHistory]:
 def _history_file(path: Path) -> WorkflowHistory:
     """One exported history, checked before the replayer sees it: the SDK's replayer panics and
     never returns on a history that does not start with a run's start event."""
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.client import WorkflowHistory
+
     try:
         history = WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
@@ -133,6 +144,8 @@ def _history_file(path: Path) -> WorkflowHistory:
 
 
 async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
+    from capstan.audit.history import load_histories
+
     client = await _client(settings)
     histories = await load_histories(client.client, args.run_id)
     if not histories:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import TaskQueueType
@@ -34,8 +34,6 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from capstan.audit.history import load_histories
-from capstan.audit.snapshot import Snapshot
 from capstan.core import privilege
 from capstan.core.activity_table import ActivityName
 from capstan.core.children import ChildRun
@@ -75,6 +73,9 @@ from capstan.runtime.config import Settings
 from capstan.runtime.temporal_connection import explain_connect_failure
 
 log = logging.getLogger("capstan.client")
+
+if TYPE_CHECKING:
+    from capstan.audit.snapshot import Snapshot
 
 __all__ = [
     "CapstanClient",
@@ -135,6 +136,15 @@ class RunSummary(BaseModel):
     terminal_reason: str | None = None
     #: why a field shows `?` (the run's memo or result could not be decoded with these keys)
     note: str | None = None
+
+
+async def _snapshot(client: Client, run_id: str) -> Snapshot:
+    """The run as its history tells it (every execution of its chain), for answers that need
+    no worker. History reading loads where it is used: every command pays the client's import."""
+    from capstan.audit.history import load_histories
+    from capstan.audit.snapshot import Snapshot
+
+    return Snapshot(run_id, await load_histories(client, run_id))
 
 
 class CapstanClient:
@@ -224,11 +234,10 @@ class CapstanClient:
                     self.handle(run_id).query("status", result_type=RunStatus), query_timeout
                 )
                 return asked
-        return Snapshot(run_id, await load_histories(self.client, run_id)).status(None)
+        return (await _snapshot(self.client, run_id)).status(None)
 
     async def _closed_status(self, run_id: str, desc: WorkflowExecutionDescription) -> RunStatus:
-        histories = await load_histories(self.client, run_id)
-        snap = Snapshot(run_id, histories)
+        snap = await _snapshot(self.client, run_id)
         if desc.status == WorkflowExecutionStatus.COMPLETED:
             return snap.status(await self.result(run_id))
         ended = desc.status.name.lower() if desc.status else "closed"
@@ -247,7 +256,7 @@ class CapstanClient:
                     query_timeout,
                 )
                 return view
-        return Snapshot(run_id, await load_histories(self.client, run_id)).transcript()
+        return (await _snapshot(self.client, run_id)).transcript()
 
     # Steering ----------------------------------------------------------------------------------
     #
