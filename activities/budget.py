@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from capstan.activities.tokens import encoding
+from capstan.core.tooling import READ_RESULT_TOOL
 
 __all__ = ["ResultBudget", "apply_budget"]
 
@@ -54,7 +55,7 @@ def apply_budget(
     where = f"ref={ref!r}" if ref else "(the full output was not stored)"
     return (
         f"{kept}\n[truncated: showing {len(kept)} of {len(text)} characters. Read the rest with "
-        f"read_result({where}, offset={len(kept)}).]"
+        f"{READ_RESULT_TOOL}({where}, offset={len(kept)}).]"
     )
 
 

@@ -31,6 +31,7 @@ from capstan.core.activity_io import CompactInput, CompactResult
 from capstan.core.activity_table import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message
+from capstan.core.tooling import READ_RESULT_TOOL
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.conversation import load_chain, write_compacted
 
@@ -184,7 +185,7 @@ def _is_large(m: Message) -> bool:
 
 def _stub(m: Message) -> Message:
     if isinstance(m.content, BlobRef):
-        where = f"read_result(ref={m.content.sha256!r})"
+        where = f"{READ_RESULT_TOOL}(ref={m.content.sha256!r})"
         size = f"{m.content.size} bytes"
     else:
         where = "it is no longer available"
@@ -198,5 +199,5 @@ def _warning(prunable: list[Message]) -> str:
     return (
         "The context window is filling up. These earlier tool outputs will soon be replaced by "
         f"short stubs: {items}. If something in them still matters, restate it briefly in your "
-        "next reply; the full outputs stay readable with read_result."
+        f"next reply; the full outputs stay readable with {READ_RESULT_TOOL}."
     )

@@ -72,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         WORKFLOW_NAME,
         AgentInput,
         OpenRequests,
+        Query,
         TranscriptView,
     )
 
@@ -192,15 +193,15 @@ class AgentWorkflow:
             raise ValueError(problem)
         self._validate(item)
 
-    @workflow.query(name="status")
+    @workflow.query(name=Query.STATUS.value)
     def status(self) -> RunStatus:
         return loop.status(self.state)
 
-    @workflow.query(name="pending")
+    @workflow.query(name=Query.PENDING.value)
     def pending(self) -> PendingView:
         return self.state.pending_view()
 
-    @workflow.query(name="transcript")
+    @workflow.query(name=Query.TRANSCRIPT.value)
     def transcript(self) -> TranscriptView:
         return TranscriptView(
             conversation=self.state.conversation.head,

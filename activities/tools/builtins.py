@@ -16,7 +16,7 @@ from capstan.activities.tools.sandbox import sandbox_tools
 from capstan.activities.tools.workspace import Entry, Workspace
 from capstan.core.children import DELEGATE_TOOL
 from capstan.core.tenants import TENANTS_DIR
-from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, ToolSpec
+from capstan.core.tooling import ASK_USER_TOOL, FINISH_TOOL, READ_RESULT_TOOL, ToolSpec
 
 __all__ = [
     "ASK_USER_SPEC",
@@ -170,7 +170,7 @@ async def read_result(ctx: ToolContext, ref: str, offset: int = 0, limit: int = 
     limit = max(1, min(limit, 50_000))
     chunk = text[offset : offset + limit]
     end = offset + len(chunk)
-    more = f" More: read_result(ref={ref!r}, offset={end})." if end < len(text) else ""
+    more = f" More: {READ_RESULT_TOOL}(ref={ref!r}, offset={end})." if end < len(text) else ""
     return f"[characters {offset}-{end} of {len(text)}.{more}]\n{chunk}"
 
 

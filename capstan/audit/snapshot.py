@@ -26,7 +26,7 @@ from capstan.core.steering import (
     PauseRequest,
     ResumeRequest,
 )
-from capstan.core.tooling import ToolFailed, ToolSucceeded
+from capstan.core.tooling import ASK_USER_TOOL, ToolFailed, ToolSucceeded
 from capstan.core.workflow_io import OpenRequests, TranscriptView
 
 __all__ = ["Snapshot", "snapshot"]
@@ -155,7 +155,7 @@ class Snapshot:
                 records.append(
                     ApprovalRecord(
                         request_id=item.request_id,
-                        tool="ask_user",
+                        tool=ASK_USER_TOOL,
                         action="answered",
                         identity=item.identity or e.identity,
                         at=e.time,

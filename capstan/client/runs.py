@@ -64,6 +64,7 @@ from capstan.core.workflow_io import (
     WORKFLOW_NAME,
     AgentInput,
     OpenRequests,
+    Query,
     TranscriptView,
 )
 from capstan.runtime.blobs import content_store_for, keyring_for
@@ -231,7 +232,8 @@ class CapstanClient:
         if await self.workers_polling():
             with contextlib.suppress(RPCError, TimeoutError):
                 asked: RunStatus = await asyncio.wait_for(
-                    self.handle(run_id).query("status", result_type=RunStatus), query_timeout
+                    self.handle(run_id).query(Query.STATUS.value, result_type=RunStatus),
+                    query_timeout,
                 )
                 return asked
         return (await _snapshot(self.client, run_id)).status(None)
@@ -252,7 +254,7 @@ class CapstanClient:
         if await self.workers_polling():
             with contextlib.suppress(RPCError, TimeoutError):
                 view: TranscriptView = await asyncio.wait_for(
-                    self.handle(run_id).query("transcript", result_type=TranscriptView),
+                    self.handle(run_id).query(Query.TRANSCRIPT.value, result_type=TranscriptView),
                     query_timeout,
                 )
                 return view
@@ -334,7 +336,8 @@ class CapstanClient:
         if await self.workers_polling():
             with contextlib.suppress(RPCError, TimeoutError):
                 view: PendingView = await asyncio.wait_for(
-                    self.handle(run_id).query("pending", result_type=PendingView), query_timeout
+                    self.handle(run_id).query(Query.PENDING.value, result_type=PendingView),
+                    query_timeout,
                 )
                 return view
         memo = await desc.memo()

@@ -167,7 +167,7 @@ def expire_requests(state: RunState, now: datetime) -> RunState:
     records = tuple(
         ApprovalRecord(
             request_id=r.request_id,
-            tool=r.tool if isinstance(r, ApprovalRequest) else "ask_user",
+            tool=r.tool if isinstance(r, ApprovalRequest) else ASK_USER_TOOL,
             action="expired",
             at=now,
             reason="expired without a decision",

@@ -42,6 +42,7 @@ from capstan.core.steering import (
     StepGrant,
     text_fields,
 )
+from capstan.core.tool_names import ASK_USER_TOOL
 from capstan.core.tooling import ToolFailed, ToolInfo, ToolSucceeded
 
 __all__ = ["apply_input", "check", "is_duplicate", "note_refused", "size_problem"]
@@ -249,7 +250,7 @@ def _answer(state: RunState, a: Answer) -> RunState:
     question = next(q for q in state.turn.questions if q.request_id == a.request_id)
     record = ApprovalRecord(
         request_id=a.request_id,
-        tool="ask_user",
+        tool=ASK_USER_TOOL,
         action="answered",
         identity=a.identity,
         at=state.now,

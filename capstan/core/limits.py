@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from capstan.core.content import INLINE_LIMIT_BYTES, PREVIEW_CHARS, BlobRef, Text, preview_of
+from capstan.core.tool_names import READ_RESULT_TOOL
 
 __all__ = [
     "APPLIED_IDS",
@@ -127,5 +128,5 @@ def describe(text: Text) -> str:
         return text
     return (
         f"{text.preview} [the full text, {text.size:,} bytes, is stored: read it with "
-        f"read_result(ref={text.sha256!r})]"
+        f"{READ_RESULT_TOOL}(ref={text.sha256!r})]"
     )

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from capstan.core.content import BlobRef, Text
 from capstan.core.notify import NotifyKind
+from capstan.core.tool_names import ASK_USER_TOOL, FINISH_TOOL, READ_RESULT_TOOL
 
 __all__ = [
     "ASK_USER_TOOL",
@@ -26,10 +27,6 @@ __all__ = [
     "ToolSpec",
     "ToolSucceeded",
 ]
-
-FINISH_TOOL = "finish"
-ASK_USER_TOOL = "ask_user"
-READ_RESULT_TOOL = "read_result"
 
 
 class ToolOrigin(BaseModel):

@@ -6,6 +6,8 @@ them), so both sides agree on names and types. Fields are only ever added, with 
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import BaseModel
 
 from capstan.core.content import BlobRef
@@ -23,10 +25,21 @@ __all__ = [
     "AgentInput",
     "CancelRequest",
     "OpenRequests",
+    "Query",
     "TranscriptView",
 ]
 
 WORKFLOW_NAME = "AgentWorkflow"
+
+
+class Query(StrEnum):
+    """The workflow's query names: the handlers (`capstan.workflows.agent`) and the client ask
+    these, never a string typed in place."""
+
+    STATUS = "status"
+    PENDING = "pending"
+    TRANSCRIPT = "transcript"
+
 
 #: Memo key: open approval requests and questions (`OpenRequests`), announced there
 #: (`Patch.ANNOUNCE`) so clients see them with no worker running and history keeps them.

@@ -27,7 +27,7 @@ import binascii
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -294,12 +294,6 @@ def data_converter(keyring: Keyring | None) -> DataConverter:
         payload_codec=PayloadCipher(keyring),
         failure_converter_class=DefaultFailureConverterWithEncodedAttributes,
     )
-
-
-def keyring_from_env(env: Mapping[str, str]) -> Keyring | None:
-    """For processes that have no `Settings` (the codec server)."""
-    path = env.get("CAPSTAN_CODEC_KEY_FILE")
-    return load_keyring(env.get("CAPSTAN_CODEC_KEYS"), Path(path) if path else None)
 
 
 # --- histories: what `fetch_history` returns is still encoded ---------------------------------

@@ -18,7 +18,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-__all__ = ["Instruments", "configure_from_env", "instruments", "tracing_configured"]
+__all__ = ["Instruments", "configure_from_env", "tracing_configured"]
 
 log = logging.getLogger("capstan.runtime.telemetry")
 SCOPE = "capstan"
@@ -53,10 +53,6 @@ class Instruments:
         self.cost = meter.create_counter("capstan.cost", unit="USD")
         self.model_latency = meter.create_histogram("capstan.model.duration", unit="ms")
         self.tool_latency = meter.create_histogram("capstan.tool.duration", unit="ms")
-
-
-def instruments(tracer_provider: trace.TracerProvider | None = None) -> Instruments:
-    return Instruments(tracer_provider)
 
 
 def tracing_configured(tracer_provider: trace.TracerProvider | None = None) -> bool:

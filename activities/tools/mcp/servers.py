@@ -55,7 +55,7 @@ from capstan.activities.tools.mcp.naming import SEPARATOR, server_of
 from capstan.activities.tools.mcp.results import result_text
 from capstan.core.activity_io import RunToolInput
 from capstan.core.schemas import schema_problem
-from capstan.core.tooling import ToolFailed, ToolFailure, ToolSpec, ToolSucceeded
+from capstan.core.tooling import READ_RESULT_TOOL, ToolFailed, ToolFailure, ToolSpec, ToolSucceeded
 from capstan.runtime.blobstore import ContentStore
 
 __all__ = ["IDEMPOTENCY_META", "LISTING_SECONDS", "RUN_META", "McpServers"]
@@ -237,7 +237,7 @@ class McpServers:
         if len(text) <= _ERROR_INLINE_CHARS:
             return text
         ref = await asyncio.to_thread(self.content.store_bytes, text.encode("utf-8"), text)
-        return f"{text[:_ERROR_INLINE_CHARS]}… (full text: read_result ref={ref.sha256})"
+        return f"{text[:_ERROR_INLINE_CHARS]}… (full text: {READ_RESULT_TOOL} ref={ref.sha256})"
 
 
 def _offer(server: McpServerConfig, spec: ToolSpec, out: McpListing) -> None:
