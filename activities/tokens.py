@@ -82,7 +82,7 @@ def loaded() -> bool:
 
 def release_if_idle(idle: float, now: float | None = None) -> bool:
     """Drop the encoder if nothing has used it for `idle` seconds; True when it was dropped
-    (the caller may then hand the freed memory back to the system: `runtime.memory.trim`)."""
+    (the caller may then hand the freed memory back to the system: `capstan.host.memory.trim`)."""
     return _encoder.release_if_idle(idle, now)
 
 

@@ -36,6 +36,7 @@ from capstan.cli.demo_task import GUARDS, TOOLS, VARIANTS, CopyTask  # noqa: E40
 from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
 from capstan.client.transcript import build_transcript  # noqa: E402
 from capstan.core.spec import RunSpec, TerminalReason  # noqa: E402
+from capstan.host.config import load_worker_config  # noqa: E402
 from capstan.runtime import local_model  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
 from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
@@ -118,7 +119,10 @@ async def measure(indices: list[int], model_url: str | None) -> dict[str, Any]:
             with _model(model_url, data / "llama.log") as url:
                 env = {**os.environ, "CAPSTAN_LOCAL_MODEL_URL": url}
                 env["CAPSTAN_MODEL"] = local_model.LOCAL_PROFILE
-                async with httpx.AsyncClient() as http, build_worker(temporal, settings, http, env):
+                async with (
+                    httpx.AsyncClient() as http,
+                    build_worker(temporal, load_worker_config(settings, env), http),
+                ):
                     runs = []
                     for i in indices:
                         runs.append(await _one(client, settings, i))

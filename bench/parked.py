@@ -3,7 +3,7 @@
 `runs` runs each take `steps_before` read-only steps (`--parked-steps`, default 0), then ask to
 run a tool that needs approval and wait; the worker process's resident memory is read before
 and after they park, and again once the worker has been idle for `CAPSTAN_IDLE_RELEASE` (it
-gives back the token encoder: `capstan.runtime.memory`). Then a sample is approved one at a
+gives back the token encoder: `capstan.host.memory`). Then a sample is approved one at a
 time and the time from the decision to the tool starting is measured. The floor: the same
 number of bare sandboxed workflows waiting for a signal on an SDK-only worker
 (`bench/bare_worker.py`), and signal -> activity on them.
@@ -23,8 +23,8 @@ from bench.workers import bare_worker, capstan_worker, polling, rss_bytes, stop,
 from capstan.client.runs import CapstanClient
 from capstan.core.spec import RunSpec
 from capstan.core.steering import ApprovalRequest
+from capstan.host.memory import check_interval
 from capstan.runtime.config import Settings
-from capstan.runtime.memory import check_interval
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
 
 __all__ = ["parked"]

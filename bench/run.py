@@ -54,6 +54,7 @@ from bench.recovery import recovery  # noqa: E402
 from bench.workers import cpu_seconds  # noqa: E402
 from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
 from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
+from capstan.host.config import load_worker_config  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
 from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say  # noqa: E402
@@ -250,7 +251,12 @@ async def in_process(
             env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": url}
             async with (
                 httpx.AsyncClient() as http,
-                build_worker(client.client, settings, http, env, extra_workflows=[BareWorkflow]),
+                build_worker(
+                    client.client,
+                    load_worker_config(settings, env),
+                    http,
+                    extra_workflows=[BareWorkflow],
+                ),
                 _floor_worker(sdk_client(client)),
             ):
                 result["overhead"] = await overhead(
@@ -260,7 +266,12 @@ async def in_process(
         env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": fake.base_url}
         async with (
             httpx.AsyncClient() as http,
-            build_worker(client.client, settings, http, env, extra_workflows=[BareWorkflow]),
+            build_worker(
+                client.client,
+                load_worker_config(settings, env),
+                http,
+                extra_workflows=[BareWorkflow],
+            ),
         ):
             if "history" in args.only:
                 result["history"] = await history(client)

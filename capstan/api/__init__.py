@@ -5,6 +5,6 @@ runtime edges, never the workflow, activities or worker (import-linter checks it
 """
 
 from capstan.api.app import create_app
-from capstan.api.settings import ApiSettings
+from capstan.runtime.api_settings import ApiSettings
 
 __all__ = ["ApiSettings", "create_app"]

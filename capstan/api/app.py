@@ -21,8 +21,8 @@ from capstan.api.backend import Backend, WriteLimiter
 from capstan.api.document import operation_id, shape_document
 from capstan.api.errors import BodyLimit, install_error_handlers
 from capstan.api.headers import HeaderGuard
-from capstan.api.settings import ApiSettings
 from capstan.client.runs import CapstanClient
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 
 __all__ = ["create_app"]

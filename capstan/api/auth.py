@@ -45,9 +45,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from capstan.api.errors import ApiError
-from capstan.api.settings import ApiSettings
 from capstan.core.strict import StrictModel
 from capstan.core.tenants import TENANT_PATTERN
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.environment import ConfigError
 
 __all__ = [

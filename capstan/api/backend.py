@@ -17,9 +17,9 @@ from fastapi import Depends, Request
 
 from capstan.api.auth import Principal, Scope, require
 from capstan.api.errors import ApiError
-from capstan.api.settings import ApiSettings
 from capstan.api.tenancy import Tenancy, TenantIndex
 from capstan.client.runs import CapstanClient
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 from capstan.runtime.temporal_connection import TemporalConnectError
 

@@ -44,12 +44,12 @@ from capstan.api.inbox import (
     run_page,
 )
 from capstan.api.preview import bounded, write_preview
-from capstan.api.settings import ApiSettings
 from capstan.api.stream import sse
 from capstan.api.tenancy import OpenRun, Tenancy
 from capstan.core import tenants
 from capstan.core.steering import ApprovalRequest
 from capstan.core.workflow_io import REQUESTS_MEMO, OpenRequests
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.blobstore import BlobError, ContentStore
 from capstan.runtime.codec import CodecError
 

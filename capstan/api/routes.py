@@ -17,7 +17,6 @@ from capstan.api.auth import Principal, Scope, require
 from capstan.api.backend import api_settings, tenancy, writer
 from capstan.api.errors import ERROR_RESPONSES, ApiError
 from capstan.api.models import AuditCheck, RunRequest, StartedRun, Whoami, spec_of
-from capstan.api.settings import ApiSettings
 from capstan.api.stream import IncludeQuery, run_stream
 from capstan.api.tenancy import RUN_ID_PATTERN, Tenancy
 from capstan.audit.history import decode_history, load_histories
@@ -29,6 +28,7 @@ from capstan.client.transcript import StepView, build_transcript
 from capstan.core import privilege
 from capstan.core.spec import RunSpec, RunStatus, TerminalReason
 from capstan.core.steering import PendingView
+from capstan.runtime.api_settings import ApiSettings
 
 __all__ = ["RunIdPath", "admitted", "from_agent", "router"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uvicorn
 
 from capstan.api.app import create_app
-from capstan.api.settings import ApiSettings
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 
 __all__ = ["serve"]

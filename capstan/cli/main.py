@@ -238,7 +238,7 @@ async def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from capstan.api.server import serve
-    from capstan.api.settings import ApiSettings
+    from capstan.runtime.api_settings import ApiSettings
 
     api = ApiSettings.from_env()
     chosen = {"host": args.host, "port": args.port, "tokens_file": args.tokens}

@@ -67,11 +67,11 @@ from capstan.core.workflow_io import (
     Query,
     TranscriptView,
 )
-from capstan.runtime.blobs import content_store_for, keyring_for
+from capstan.runtime.blobs import content_store_for
 from capstan.runtime.blobstore import ContentStore
-from capstan.runtime.codec import CodecError, data_converter
+from capstan.runtime.codec import CodecError
 from capstan.runtime.config import Settings
-from capstan.runtime.temporal_connection import explain_connect_failure
+from capstan.runtime.connect import connect_temporal
 
 log = logging.getLogger("capstan.client")
 
@@ -102,30 +102,6 @@ class RejectedError(SteeringError):
 class UpdateTimeoutError(SteeringError):
     """Temporal gave up waiting for the worker to answer a validated input (its RPC deadline
     passed): the input may or may not be applied. Sending it again with the same id is safe."""
-
-
-async def connect_temporal(settings: Settings) -> Client:
-    """The one place Capstan connects to Temporal (client, CLI and worker): the address,
-    namespace, API key, TLS and gRPC metadata that `temporalio.envconfig` resolved into
-    `settings`, with Capstan's data converter (pydantic v2 payloads, encrypted with the codec
-    keys of `settings` when it has any: `capstan.runtime.codec`).
-
-    Raises `ConfigError` (an unreadable or non-PEM certificate or key) or
-    `TemporalConnectError` (nothing answers, TLS or credentials refused), each one line."""
-    access = settings.temporal
-    tls = access.tls_option()  # reads certificate files now, so rotated files are picked up
-    converter = data_converter(keyring_for(settings))  # a bad key is a ConfigError, here
-    try:
-        return await Client.connect(
-            settings.address,
-            namespace=settings.namespace,
-            api_key=access.api_key.get_secret_value() if access.api_key else None,
-            tls=tls,
-            rpc_metadata=access.grpc_meta,
-            data_converter=converter,
-        )
-    except (RuntimeError, ValueError, RPCError) as exc:
-        raise explain_connect_failure(settings.address, access, exc) from exc
 
 
 class RunSummary(BaseModel):

@@ -88,7 +88,7 @@ class Settings(EnvSettings):
         None, validation_alias="CAPSTAN_CODEC_SERVER_TOKEN"
     )
     s3: S3Access = S3Access()
-    # The worker's /healthz and /readyz (capstan.runtime.health); off unless a port is given.
+    # The worker's /healthz and /readyz (capstan.host.health); off unless a port is given.
     health_port: int | None = Field(None, validation_alias="CAPSTAN_HEALTH_PORT", ge=1, le=65535)
     health_host: str = Field("0.0.0.0", validation_alias="CAPSTAN_HEALTH_HOST", min_length=1)
     # SIGTERM: seconds running activities get to finish after polling stops.
@@ -101,8 +101,8 @@ class Settings(EnvSettings):
     # an evicted one ~6 KB and is replayed from its history when it next moves (~10 ms short).
     max_cached_runs: int = Field(128, validation_alias="CAPSTAN_MAX_CACHED_RUNS", ge=0)
     # Seconds a worker keeps memory it is not using before giving it back (the token encoder's
-    # ~20 MB, and runs that have not moved: capstan.runtime.memory.release_when_idle,
-    # capstan.runtime.run_cache); 0 keeps it for the worker's life.
+    # ~20 MB, and runs that have not moved: capstan.host.memory.release_when_idle,
+    # capstan.host.run_cache); 0 keeps it for the worker's life.
     idle_release: float = Field(60.0, validation_alias="CAPSTAN_IDLE_RELEASE", ge=0)
     # How the workflow code runs (worker.workflow_runner): `off` in the worker's own process,
     # checked by the linters and by the test suite, which runs it `strict`ly (Temporal's

@@ -1,8 +1,9 @@
 """An in-process worker whose model is a `FakeProvider`: what Capstan's own integration tests
 and `CapstanTestEnv` run agents on.
 
-The worker is the production one (`capstan.worker.build_worker`: every activity, the tool
-registry, policy, the jail); only its environment differs, so the model profile resolves to the
+The worker is the production one (`capstan.worker.build_worker` on the configuration
+`capstan.host.config.load_worker_config` reads: every activity, the tool registry, policy, the
+jail); only its environment differs, so the model profile resolves to the
 fake. Its environment is the mapping given here, never the process's: a test sees no key of the
 developer's shell. Never used by production code.
 """
@@ -17,6 +18,7 @@ import httpx
 from temporalio.client import Client
 
 from capstan.core.spec import ActivityTuning
+from capstan.host.config import load_worker_config
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider
 from capstan.worker import build_worker
@@ -52,6 +54,6 @@ async def running_worker(
     worker_env = {**model_env(fake), **(env or {})}
     async with (
         httpx.AsyncClient() as http,
-        build_worker(temporal, settings, http, worker_env, **options),
+        build_worker(temporal, load_worker_config(settings, worker_env), http, **options),
     ):
         yield

@@ -17,7 +17,6 @@ from capstan.api.app import create_app
 from capstan.api.auth import Principal, Scope, TokenStore, digest, load_tokens
 from capstan.api.backend import WriteLimiter
 from capstan.api.errors import ApiError
-from capstan.api.settings import ApiSettings
 from capstan.api.steer_routes import body_model
 from capstan.client.runs import CapstanClient
 from capstan.client.transcript import build_transcript
@@ -25,6 +24,7 @@ from capstan.core.spec import TerminalReason
 from capstan.core.steering import STEERING_TYPES
 from capstan.core.tenants import workspace_subdir
 from capstan.core.workflow_io import AgentInput
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 from capstan.runtime.environment import ConfigError
 from capstan.testing.fake_provider import call, say

@@ -16,10 +16,10 @@ from fastapi import FastAPI
 
 from capstan.api.app import create_app
 from capstan.api.auth import Principal, Scope, TokenStore, digest
-from capstan.api.settings import ApiSettings
 from capstan.client.runs import CapstanClient
 from capstan.core.spec import INTERNAL_FIELDS, RunSpec
-from capstan.runtime.health import quiet_server
+from capstan.host.health import quiet_server
+from capstan.runtime.api_settings import ApiSettings
 from tests.conftest import free_port
 
 __all__ = [

@@ -16,8 +16,8 @@ import pytest
 from temporalio.api.history.v1 import HistoryEvent
 
 from capstan.core.spec import RunSpec, TerminalReason
+from capstan.host.health import LIVE_PATH, READY_PATH
 from capstan.runtime.config import Settings
-from capstan.runtime.health import LIVE_PATH, READY_PATH
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.conftest import free_port
 from tests.integration.scripted_agent import Agent, Live

@@ -62,11 +62,15 @@ async def test_real_model_run_calls_a_tool_and_finishes(
 ) -> None:
     import httpx
 
+    from capstan.host.config import load_worker_config
     from capstan.worker import build_worker
 
     settings.workspace_dir.mkdir(parents=True, exist_ok=True)
     (settings.workspace_dir / "notes.txt").write_text(NOTES)
-    async with httpx.AsyncClient() as http, build_worker(temporal, settings, http, env_for(served)):
+    async with (
+        httpx.AsyncClient() as http,
+        build_worker(temporal, load_worker_config(settings, env_for(served)), http),
+    ):
         client = CapstanClient(temporal, settings)
         run_id = await client.start_run(local_spec())
         result = await asyncio.wait_for(client.result(run_id), 600)

@@ -1,4 +1,4 @@
-"""A run parked for a person leaves the worker's cache (`capstan.runtime.run_cache`), and the
+"""A run parked for a person leaves the worker's cache (`capstan.host.run_cache`), and the
 decision that wakes it reaches the task queue with the run's whole history, not the worker's
 sticky queue (where core would first have to fetch that history). The run then goes on as
 if it had stayed: it replays its fresh execution and runs the approved tool."""
@@ -10,8 +10,8 @@ import asyncio
 import pytest
 
 from capstan.core.spec import RunSpec, TerminalReason
+from capstan.host.run_cache import RunCache
 from capstan.runtime.config import Settings
-from capstan.runtime.run_cache import RunCache
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.integration.helpers import chain_events, quiet_events
 from tests.integration.scripted_agent import Agent

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from capstan.core.spec import ActivityTuning, FinishMode, RunSpec, TerminalReason
+from capstan.host.config import load_worker_config
 from capstan.testing.fake_provider import FakeProvider, Fault, call, say
 from capstan.worker import build_worker
 from tests.integration.helpers import history_events, record_history
@@ -148,7 +149,7 @@ async def test_no_model_configured_says_what_to_set(agent: Agent) -> None:
     worker_env: dict[str, str] = {}  # no fake provider either: nothing names a model
     async with (
         httpx.AsyncClient() as http,
-        build_worker(agent.temporal, agent.settings, http, worker_env),
+        build_worker(agent.temporal, load_worker_config(agent.settings, worker_env), http),
     ):
         client = agent.client
         result = await client.result(await client.start_run(spec()))

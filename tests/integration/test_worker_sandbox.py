@@ -3,6 +3,8 @@ test suite (the runtime half of the determinism check), and runs behave the same
 
 from __future__ import annotations
 
+import os
+
 import httpx
 import pytest
 from temporalio.client import Client
@@ -10,9 +12,11 @@ from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from capstan.core.spec import TerminalReason
+from capstan.host.config import load_worker_config
+from capstan.host.runner import workflow_runner
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import call, say
-from capstan.worker import build_worker, workflow_runner
+from capstan.worker import build_worker
 from tests.integration.scripted_agent import Agent
 
 pytestmark = pytest.mark.server
@@ -31,7 +35,7 @@ async def test_the_suite_runs_workflows_in_the_strict_sandbox(
     temporal: Client, settings: Settings
 ) -> None:
     async with httpx.AsyncClient() as http:
-        worker = build_worker(temporal, settings, http)
+        worker = build_worker(temporal, load_worker_config(settings, os.environ), http)
     assert isinstance(worker._config["workflow_runner"], SandboxedWorkflowRunner)  # no accessor
 
 

@@ -21,8 +21,8 @@ from capstan.core.policy import check_arguments
 from capstan.core.spec import RunSpec, ToolRule
 from capstan.core.strict import describe_invalid
 from capstan.core.tooling import ToolInfo
+from capstan.host.policy_file import load_policy
 from capstan.runtime.environment import ConfigError
-from capstan.worker import load_policy
 
 EVIL = "^(a|a)+$"
 PATHOLOGICAL = "a" * 40 + "!"

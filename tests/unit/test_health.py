@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
+from capstan.host.health import Health, blob_check, serve_health
+from capstan.host.probe import LIVE_PATH, PORT_VARIABLE, READY_PATH, main, probe
 from capstan.runtime.config import Settings
 from capstan.runtime.environment import ConfigError, variables_of
-from capstan.runtime.health import Health, blob_check, serve_health
-from capstan.runtime.probe import LIVE_PATH, PORT_VARIABLE, READY_PATH, main, probe
 from tests.conftest import free_port
 
 

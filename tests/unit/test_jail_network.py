@@ -13,8 +13,8 @@ import pytest
 from capstan.activities.tools import netjail
 from capstan.activities.tools.jail import Jail, NetworkLauncher, SandboxSettings, spawn_identity
 from capstan.core.spec import SandboxLimits
+from capstan.host.sandbox import sandbox_jail
 from capstan.runtime.config import ConfigError, Settings
-from capstan.worker import sandbox_jail
 from tests.sandbox_helpers import jail_workspace, needs_jail
 
 __all__ = ["jail_workspace"]  # the fixture, imported for the test below

@@ -10,7 +10,7 @@ from capstan.activities.fence import fence_untrusted
 from capstan.activities.providers.base import RenderedCall, RenderedMessage
 from capstan.activities.providers.local_choices import narrow_for_call, workspace_listing
 from capstan.core.tooling import ToolSpec
-from capstan.worker import build_registry
+from capstan.host.user_code import build_registry
 
 TASK = "Copy the line of notes.txt into a new file summary.txt, then finish with that line."
 LINE = "The crane lifts 42 containers an hour."

@@ -1,4 +1,4 @@
-"""The worker's allocator settings (capstan.runtime.memory)."""
+"""The worker's allocator settings (capstan.host.memory)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from capstan.runtime import memory
-from capstan.runtime.memory import tune_malloc
+from capstan.host import memory
+from capstan.host.memory import tune_malloc
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -22,7 +22,7 @@ def test_an_explicit_malloc_variable_wins() -> None:
 @pytest.mark.skipif(not GLIBC, reason="mallopt is glibc's")
 def test_glibc_takes_every_setting() -> None:
     # in a child process: the settings are process-wide
-    code = "from capstan.runtime.memory import tune_malloc; print(tune_malloc({}))"
+    code = "from capstan.host.memory import tune_malloc; print(tune_malloc({}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
 
@@ -34,7 +34,7 @@ def test_freed_large_blocks_go_back_to_the_system() -> None:
     and keeps them there when anything still in use lies above them."""
     code = """
 import sys
-from capstan.runtime.memory import tune_malloc
+from capstan.host.memory import tune_malloc
 if sys.argv[1] == "tuned":
     tune_malloc({})
 def rss():

@@ -12,7 +12,7 @@ from fastapi.routing import APIRoute
 from capstan.api.app import create_app
 from capstan.api.auth import TokenStore
 from capstan.api.document import operation_id, shape_document
-from capstan.api.settings import ApiSettings
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 
 

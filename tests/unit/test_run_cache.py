@@ -1,4 +1,4 @@
-"""The worker's run cache (`capstan.runtime.run_cache`): which runs moved when, eviction of the
+"""The worker's run cache (`capstan.host.run_cache`): which runs moved when, eviction of the
 idle ones, and which departures reset stickiness. Fake instances and a fake clock; the real
 path (a dev server, a parked run, its next task on the normal queue) is in
 tests/integration/test_run_cache.py."""
@@ -19,7 +19,7 @@ from temporalio.bridge.proto.workflow_completion import WorkflowActivationComple
 from temporalio.client import Client
 from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 
-from capstan.runtime.run_cache import RunCache
+from capstan.host.run_cache import RunCache
 
 
 class _Clock:

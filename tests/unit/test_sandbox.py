@@ -28,9 +28,10 @@ from capstan.core.activity_io import ListToolsInput
 from capstan.core.policy import policy_for, rule_of_two_applies
 from capstan.core.spec import SANDBOX_TOOLS, RunSpec, SandboxLimits, ToolRule
 from capstan.core.tooling import ToolInfo
+from capstan.host.sandbox import sandbox_jail
+from capstan.host.user_code import build_registry
 from capstan.runtime.blobstore import ContentStore, LocalBlobStore
 from capstan.runtime.config import ConfigError, Settings
-from capstan.worker import build_registry, sandbox_jail
 from tests import sample_tools
 from tests.unit.scripted import Driver, call, catalog, reply
 

@@ -1,4 +1,4 @@
-"""`capstan.runtime.sdk_shortcuts`: the SDK's payload walks are skipped for Capstan's keyless
+"""`capstan.host.sdk_shortcuts`: the SDK's payload walks are skipped for Capstan's keyless
 converter only; with keys (the codec must run) and for any other converter they still happen."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from capstan.host.sdk_shortcuts import install, skips
 from capstan.runtime.codec import ENCODING, PayloadCipher, data_converter, load_keyring
-from capstan.runtime.sdk_shortcuts import install, skips
 
 KEYS = f"k1:{base64.b64encode(bytes(range(32))).decode()}"
 

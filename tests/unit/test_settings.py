@@ -237,7 +237,7 @@ def test_bad_model_setting_is_one_line(variable: str, value: str) -> None:
     ],
 )
 def test_bad_policy_file_is_one_line(tmp_path: Path, content: str | None, problem: str) -> None:
-    from capstan.worker import load_policy
+    from capstan.host.policy_file import load_policy
 
     path = tmp_path / "policy.toml"
     if content is not None:
@@ -249,7 +249,7 @@ def test_bad_policy_file_is_one_line(tmp_path: Path, content: str | None, proble
 
 
 def test_bad_hooks_are_one_line() -> None:
-    from capstan.worker import build_registry, load_finish_guard
+    from capstan.host.user_code import build_registry, load_finish_guard
 
     with pytest.raises(ConfigError) as err:
         build_registry("no_such_package.tools")

@@ -23,8 +23,8 @@ from capstan.activities.tools.mcp.config import McpConfig, McpServerConfig
 from capstan.activities.tools.offering import offer_lines, open_to_every_run, unknown_rules
 from capstan.activities.tools.registry import ToolContext, ToolRegistry, ToolSignatureError
 from capstan.core.spec import ToolRule
+from capstan.host.startup import check_variables
 from capstan.runtime.config import known_variables, unknown_variables
-from capstan.startup import check_variables
 from tests.unit.test_settings_documented import _read_by_the_code
 
 # Variables ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from capstan.api.app import create_app
 from capstan.api.auth import TokenStore
-from capstan.api.settings import ApiSettings
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 from tests.integration.test_api import _every_route
 

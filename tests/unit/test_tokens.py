@@ -59,7 +59,7 @@ def test_releasing_the_encoder_gives_its_memory_back() -> None:
     code = """
 import threading
 from capstan.activities import tokens
-from capstan.runtime.memory import trim, tune_malloc
+from capstan.host.memory import trim, tune_malloc
 tune_malloc({})
 def rss():
     for line in open("/proc/self/status"):

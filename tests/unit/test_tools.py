@@ -173,7 +173,7 @@ async def test_list_tools_filters_but_always_offers_finish(activities: ToolActiv
 
 
 async def test_worker_policy_file_reaches_the_catalog(tmp_path: Path) -> None:
-    from capstan.worker import load_policy
+    from capstan.host.policy_file import load_policy
 
     policy_file = tmp_path / "policy.toml"
     policy_file.write_text(

@@ -42,7 +42,7 @@ def test_idle_memory_release_is_a_setting(env: dict[str, str]) -> None:
 
 async def test_a_polling_worker_releases_the_idle_encoder() -> None:
     from capstan.activities import tokens
-    from capstan.runtime.run_cache import RunCache
+    from capstan.host.run_cache import RunCache
     from capstan.worker import _release_idle_memory
 
     assert _release_idle_memory(0, RunCache()) is None  # 0: kept for the worker's life
@@ -105,8 +105,8 @@ def test_the_tracing_interceptor_only_where_spans_can_go() -> None:
     from opentelemetry.sdk.trace import TracerProvider
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
+    from capstan.host.runner import tracing_interceptors
     from capstan.runtime.telemetry import Instruments
-    from capstan.worker import tracing_interceptors
 
     assert tracing_interceptors(Instruments(), None) == []  # the global default: a proxy
     provider = TracerProvider()
@@ -119,7 +119,7 @@ def test_a_globally_installed_tracer_provider_turns_the_interceptor_on() -> None
         "from opentelemetry import trace\n"
         "from opentelemetry.sdk.trace import TracerProvider\n"
         "from capstan.runtime.telemetry import Instruments\n"
-        "from capstan.worker import tracing_interceptors\n"
+        "from capstan.host.runner import tracing_interceptors\n"
         "assert tracing_interceptors(Instruments(), None) == []\n"
         "trace.set_tracer_provider(TracerProvider())\n"
         "assert len(tracing_interceptors(Instruments(), None)) == 1\n"

@@ -4,8 +4,8 @@ worker no longer needs given back to the system.
 glibc gives each thread that allocates its own arena (up to 8 per core) and raises its
 thresholds for keeping freed memory as large blocks come and go, so a worker whose Temporal core
 threads, activity threads and workflow threads all allocate keeps memory it no longer uses.
-Measured on the parked-runs bench (`bench/parked.py`, 1,000 runs): the idle worker 131 -> 117 MB
-and the parked ones 201 -> 183 MB with two arenas and fixed 128 KiB thresholds. The same as
+Two arenas and fixed 128 KiB thresholds keep both an idle worker and one with many parked runs
+smaller (the parked-runs bench's figures are in bench/README.md). The same as
 `MALLOC_ARENA_MAX=2 MALLOC_TRIM_THRESHOLD_=131072 MALLOC_MMAP_THRESHOLD_=131072`, set from
 inside so that every way of starting a worker gets it; a process started with any `MALLOC_*`
 variable keeps its own settings.
@@ -13,8 +13,7 @@ variable keeps its own settings.
 Memory freed in the middle of an arena stays with the process until `malloc_trim` hands its
 pages back. `release_when_idle` calls the worker's releasers (the token encoder's ~20 MB of
 native tables, `capstan.activities.tokens`; the cached state of runs that stopped moving,
-`capstan.runtime.run_cache`) and collects and trims when one of them let go of something:
-measured on the parked-runs bench, 1,000 parked runs 167 -> 144 MB with the encoder alone.
+`capstan.host.run_cache`) and collects and trims when one of them let go of something.
 """
 
 from __future__ import annotations

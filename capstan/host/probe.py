@@ -1,4 +1,4 @@
-"""`python -m capstan.runtime.probe [--live]`: ask this host's worker health endpoint, exit 0/1.
+"""`python -m capstan.host.probe [--live]`: ask this host's worker health endpoint, exit 0/1.
 
 For a container's HEALTHCHECK or an exec probe, where no curl is installed. It runs every few
 seconds for the life of the container, so it imports the standard library only — not the worker,

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 from temporalio.client import Client
 
+from capstan.host.probe import LIVE_PATH, READY_PATH
 from capstan.runtime.blobstore import BlobStore
 from capstan.runtime.environment import ConfigError
-from capstan.runtime.probe import LIVE_PATH, READY_PATH
 
 if TYPE_CHECKING:  # the web stack is imported only by a worker that serves the probes
     import uvicorn

@@ -5,8 +5,8 @@ encodes three times with its payload visitor — for reference payloads, externa
 the codec — and each walk copies every payload sequence it passes, whether or not a codec or
 external storage is configured (`DataConverter._decode_payload_has_effect` marks the missing
 short-circuit as temporary). A worker without keys has neither (`capstan.runtime.codec`), so
-for its runs the walks are pure cost: 7-15% of the worker's CPU per iteration of the overhead
-bench (16.5 -> 14.0-15.3 ms), and a share of every replay of an evicted run.
+for its runs the walks are pure cost, on every iteration and every replay of an evicted run
+(the overhead bench's figures are in bench/README.md).
 
 `install()` wraps the SDK's two module functions so that they return at once for a converter
 that is Capstan's keyless one and do exactly what they did for any other: with keys (the codec
@@ -29,7 +29,7 @@ from capstan.runtime.codec import KeylessPayloadConverter
 
 __all__ = ["install", "skips"]
 
-log = logging.getLogger("capstan.runtime.sdk_shortcuts")
+log = logging.getLogger("capstan.host.sdk_shortcuts")
 
 _MARK = "__capstan_skips_idle_payload_walks__"
 _SHAPES = {

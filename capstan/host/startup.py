@@ -18,6 +18,7 @@ from capstan.activities.tools.mcp import McpConfig
 from capstan.activities.tools.offering import offer_lines, open_to_every_run, unknown_rules
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.core.spec import ToolRule
+from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import ConfigError, known_variables, unknown_variables
 from capstan.runtime.local_model import available as local_model_available
 
@@ -46,8 +47,6 @@ def check_variables(env: Mapping[str, str]) -> list[str]:
     known = known_variables([SandboxSettings], _SET_FOR_PROGRAMS)
     if all(name in known for name in env if name.startswith("CAPSTAN_")):
         return []
-    from capstan.api.settings import ApiSettings  # only now: it imports the whole HTTP API
-
     return unknown_variables(env, known | known_variables([ApiSettings]))
 
 

@@ -68,7 +68,7 @@ class RunCache:
         worker = Worker(client, ..., workflow_runner=cache.runner(UnsandboxedWorkflowRunner()))
         cache.attach(worker, client)
         ...
-        await cache.release(60.0)  # from capstan.runtime.memory.release_when_idle
+        await cache.release(60.0)  # from capstan.host.memory.release_when_idle
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
