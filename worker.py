@@ -27,7 +27,7 @@ from temporalio.worker import Worker
 
 from capstan.activities.compaction import CompactionActivities
 from capstan.activities.model import ModelActivities
-from capstan.activities.notify import NotifyActivities
+from capstan.activities.notify_request import NotifyActivities
 from capstan.activities.tokens import count_tokens, release_if_idle
 from capstan.activities.tool_runner import ToolActivities
 from capstan.activities.tools.mcp import McpTools

@@ -4,10 +4,10 @@ and bounds.
 A hook is someone else's server: it may never answer, answer forever, or echo what it was sent.
 So a delivery (one `notify_request`):
 
-- runs on its own task queue (`capstan.core.notify.delivery_queue`), polled by a second worker
-  in the same process (`DeliveryWorker`, a plugin of the main one) with `MAX_CONCURRENT`
-  activity slots of its own: hanging hooks fill those, never the slots a run's model and tool
-  calls need;
+- runs on its own task queue (`capstan.core.notifications.delivery_queue`), polled by a
+  second worker in the same process (`DeliveryWorker`, a plugin of the main one) with
+  `MAX_CONCURRENT` activity slots of its own: hanging hooks fill those, never the slots a
+  run's model and tool calls need;
 - posts through its own connection pool (`delivery_transport`), never the model client's, and
   through the transport itself, so no client logs the request line (the URL);
 - has one deadline for all of it, connect, write and read (`post`), and reads at most
@@ -33,7 +33,7 @@ import httpx
 from temporalio.worker import Plugin, ReplayerConfig, Worker, WorkerConfig
 
 from capstan.activities.providers.secrets import Scrubber
-from capstan.core.notify import delivery_queue
+from capstan.core.notifications import delivery_queue
 
 __all__ = [
     "MAX_CONCURRENT",

@@ -27,7 +27,6 @@ from opentelemetry.trace import SpanKind
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from capstan.activities.budget import ResultBudget
 from capstan.activities.heartbeat import with_heartbeat
 from capstan.activities.providers.anthropic import AnthropicMessages
 from capstan.activities.providers.base import ChatAdapter, ProviderReply, RenderedMessage
@@ -43,6 +42,7 @@ from capstan.activities.providers.profiles import (
 )
 from capstan.activities.providers.secrets import Scrubber, worker_keys
 from capstan.activities.rendering import RenderCache, RenderedView, render, render_view
+from capstan.activities.result_budget import ResultBudget
 from capstan.core.activity_io import CallModelInput, DescribeModelInput, ModelReply
 from capstan.core.activity_table import ActivityName
 from capstan.core.content import BlobRef

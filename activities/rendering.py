@@ -14,9 +14,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from capstan.activities.budget import ResultBudget, apply_budget
 from capstan.activities.fence import FENCE_TAG, fence_untrusted
 from capstan.activities.providers.base import RenderedCall, RenderedMessage
+from capstan.activities.result_budget import ResultBudget, apply_budget
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message
 from capstan.runtime.blobstore import BlobError, ContentStore

@@ -34,7 +34,7 @@ from capstan.activities.tools.workspaces import jail_owner, run_workspace
 from capstan.core import policy
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.core.activity_table import ActivityName
-from capstan.core.notify import NotifyKind
+from capstan.core.notifications import NotifyKind
 from capstan.core.privilege import clamp_sandbox
 from capstan.core.spec import SANDBOX_TOOLS, SandboxLimits, ToolRule
 from capstan.core.tooling import (

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from capstan.core.notify import NotifyInput
+from capstan.core.notifications import NotifyInput
 
 __all__ = ["event_name", "inbox_link", "json_body", "slack_body"]
 

@@ -31,7 +31,6 @@ with workflow.unsafe.imports_passed_through():
     from capstan.core.activity_table import ACTIVITIES, ActivityName
     from capstan.core.children import ChildEnded, Delegation
     from capstan.core.content import preview_of
-    from capstan.core.decision import model_description
     from capstan.core.effects import (
         ActivityEffect,
         AwaitInput,
@@ -53,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from capstan.core.limits import HistoryGauge
     from capstan.core.patches import Patch
+    from capstan.core.planner import model_description
     from capstan.core.spec import STATUS_DIAGNOSTICS, RunResult, RunStatus, TerminalReason
     from capstan.core.state import RunState
     from capstan.core.steering import (
@@ -78,8 +78,8 @@ with workflow.unsafe.imports_passed_through():
 
 from capstan.workflows.activity_options import heartbeat_timeout, retry_policy
 from capstan.workflows.children import Children
-from capstan.workflows.notify import announced_before, notify_opened
 from capstan.workflows.patching import deprecate, patched
+from capstan.workflows.webhook_starts import announced_before, notify_opened
 
 __all__ = ["AgentWorkflow", "input_of"]
 
@@ -131,7 +131,7 @@ class AgentWorkflow:
                 if self._bug is not None:
                     raise self._bug
                 self._fold(Boundary(now=workflow.now()))
-                effect = self._decide()
+                effect = self._next_effect()
                 if isinstance(effect, Finish):
                     self._ended(effect.result)
                     return effect.result
@@ -292,7 +292,7 @@ class AgentWorkflow:
 
     # Interpreter -----------------------------------------------------------------------------
 
-    def _decide(self) -> Effect:
+    def _next_effect(self) -> Effect:
         gauge = self._gauge()
         suggested = gauge.suggested
         try:

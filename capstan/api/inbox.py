@@ -16,7 +16,7 @@ from capstan.api.auth import Principal
 from capstan.api.page_assets import SCRIPT, STYLE
 from capstan.api.preview import WritePreview
 from capstan.audit.display import clip, duration, parse_arguments, pretty_json, utc
-from capstan.core.notify import request_anchor
+from capstan.core.notifications import request_anchor
 from capstan.core.spec import RunStatus
 from capstan.core.steering import ApprovalRequest, Question
 

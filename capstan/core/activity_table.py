@@ -29,7 +29,7 @@ from capstan.core.activity_io import (
 )
 from capstan.core.model_errors import NON_RETRYABLE
 from capstan.core.models import ModelChain
-from capstan.core.notify import NotifyInput, NotifyResult
+from capstan.core.notifications import NotifyInput, NotifyResult
 from capstan.core.spec import ActivityTuning
 from capstan.core.tooling import ToolCatalog, ToolOutcome
 

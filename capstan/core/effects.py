@@ -153,7 +153,7 @@ class AwaitInput(_Frozen):
 class ContinueAsNew(_Frozen):
     kind: Literal["continue_as_new"] = "continue_as_new"
     #: only so the wait for a person that comes next starts in a short history
-    #: (`capstan.core.decision.waits_fresh`); otherwise the segment or the history limits
+    #: (`capstan.core.planner.waits_fresh`); otherwise the segment or the history limits
     before_wait: bool = False
 
 

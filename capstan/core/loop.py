@@ -40,7 +40,6 @@ from capstan.core import context, delegation, nudges
 from capstan.core.activity_io import ModelReply
 from capstan.core.children import ChildEnded
 from capstan.core.content import Text
-from capstan.core.decision import decide
 from capstan.core.effects import (
     AwaitInput,
     Boundary,
@@ -64,6 +63,7 @@ from capstan.core.gate import expire_requests, gate_turn
 from capstan.core.inputs import apply_input, note_refused
 from capstan.core.limits import HistoryGauge
 from capstan.core.messages import Message, ToolCall, Usage
+from capstan.core.planner import plan
 from capstan.core.policy import rule_of_two_applies
 from capstan.core.spec import FinishMode, RunSpec, RunStatus, TerminalReason
 from capstan.core.state import (
@@ -150,17 +150,17 @@ def next_effect(
     `continue_suggested` is the interpreter's hint that its history is getting long; `history`
     how full it is (signals, updates, events, bytes), so a waiting run continues as new before
     Temporal refuses its inputs; `wait_fresh` lets a run continue as new before it waits for a
-    person (`capstan.core.decision.waits_fresh`). Only reads: an end the rules call for was
+    person (`capstan.core.planner.waits_fresh`). Only reads: an end the rules call for was
     recorded by the boundary fold, and deciding on a state where it was not (no `Boundary`
     folded first) is an interpreter bug.
     """
-    decision = decide(state, continue_suggested, history, wait_fresh)
-    if isinstance(decision, Ending):
+    planned = plan(state, continue_suggested, history, wait_fresh)
+    if isinstance(planned, Ending):
         raise IllegalTransitionError(
-            f"the run must end ({decision.reason.value}) but no fold recorded it: "
+            f"the run must end ({planned.reason.value}) but no fold recorded it: "
             "fold Boundary before every decision"
         )
-    return decision
+    return planned
 
 
 def apply(state: RunState, outcome: Outcome) -> RunState:
@@ -203,9 +203,9 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
 def status(state: RunState) -> RunStatus:
     """The `status` query: the state's view, with what the run waits for taken from the
     decision the loop would make now (so a spent budget awaiting a grant shows too)."""
-    decision = decide(state, continue_suggested=False)
-    if isinstance(decision, AwaitInput):
-        return state.status(waiting_for=list(decision.waiting_for))
+    planned = plan(state, continue_suggested=False)
+    if isinstance(planned, AwaitInput):
+        return state.status(waiting_for=list(planned.waiting_for))
     return state.status()
 
 
@@ -255,8 +255,8 @@ def _at_boundary(state: RunState, now: datetime) -> RunState:
     note = finalize_warning(state)
     if note is not None:
         state = _queue(replace(state, guards=replace(state.guards, finalize_warned=True)), (note,))
-    decision = decide(state, continue_suggested=False)
-    return end(state, decision) if isinstance(decision, Ending) else state
+    planned = plan(state, continue_suggested=False)
+    return end(state, planned) if isinstance(planned, Ending) else state
 
 
 def _queue(state: RunState, messages: tuple[Message, ...]) -> RunState:

@@ -42,7 +42,7 @@ class Patch(StrEnum):
     #: a new run lists its tools and describes its model in one workflow task
     PARALLEL_START = "parallel-start-v1"
     #: a run that has taken a step continues as new before it waits for a person
-    #: (`capstan.core.decision.waits_fresh`)
+    #: (`capstan.core.planner.waits_fresh`)
     WAIT_FRESH = "wait-fresh-v1"
     #: the worker's tool policy is a ceiling a run may narrow, never widen, and its
     #: `deny_arguments` always apply; executions recorded before it replay with the rules they

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from capstan.core.content import BlobRef, Text
-from capstan.core.notify import NotifyKind
+from capstan.core.notifications import NotifyKind
 from capstan.core.tool_names import ASK_USER_TOOL, FINISH_TOOL, READ_RESULT_TOOL
 
 __all__ = [

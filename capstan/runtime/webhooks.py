@@ -48,7 +48,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from capstan.core.notify import NotifyKind
+from capstan.core.notifications import NotifyKind
 from capstan.core.strict import StrictModel
 from capstan.runtime.environment import ConfigError, validation_summary
 

@@ -172,7 +172,7 @@ async def test_an_answer_that_drips_forever_ends_at_the_delivery_deadline(
 ) -> None:
     """Every read of a byte per 0.2 s is within a 1 s read timeout: only a deadline for the
     whole delivery ends it (before the activity's own 20 s timeout would)."""
-    caplog.set_level(logging.WARNING, logger="capstan.activities.notify")
+    caplog.set_level(logging.WARNING, logger="capstan.activities.notify_request")
     script = [say(call("write_file", path="a.txt", content="x")), say(call("finish", answer="ok"))]
     with flooding(drip=0.2) as drip:
         config = json_hook("drip", drip.url, "timeout = 1\n")
@@ -188,7 +188,7 @@ async def test_an_answer_that_drips_forever_ends_at_the_delivery_deadline(
 
 
 def _notify_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "capstan.activities.notify"]
+    return [r.getMessage() for r in caplog.records if r.name == "capstan.activities.notify_request"]
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from capstan.core.notify import request_anchor
+from capstan.core.notifications import request_anchor
 from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason
 from capstan.runtime.webhooks import (
     DELIVERY_HEADER,
@@ -207,7 +207,7 @@ async def test_a_failing_hook_is_retried_and_gets_the_request_once(
 async def test_a_dead_hook_neither_holds_the_run_nor_goes_unnoticed(
     agent: Agent, workspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="capstan.activities.notify")
+    caplog.set_level(logging.WARNING, logger="capstan.activities.notify_request")
     dead = f"http://127.0.0.1:{free_port()}/hook"  # nothing listens there
     agent.configure(webhooks_file=hooks_file(tmp_path, json_hook("dead", dead)))
     script = [say(write("a.txt")), say(call("finish", answer="done"))]
@@ -224,7 +224,7 @@ async def test_a_dead_hook_neither_holds_the_run_nor_goes_unnoticed(
 
 
 def _failures(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "capstan.activities.notify"]
+    return [r.getMessage() for r in caplog.records if r.name == "capstan.activities.notify_request"]
 
 
 def _async(get: Any) -> Any:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from capstan.activities.budget import ResultBudget
 from capstan.activities.rendering import render
+from capstan.activities.result_budget import ResultBudget
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message, ToolCall
 from capstan.runtime.blobstore import (

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from capstan.activities.budget import ResultBudget
 from capstan.activities.fence import FENCE_TAG, fence_untrusted
 from capstan.activities.rendering import render
+from capstan.activities.result_budget import ResultBudget
 from capstan.activities.tools.builtins import BUILTIN_TOOLS
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.core.messages import Message

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from capstan.activities.budget import ResultBudget
 from capstan.activities.model import ModelActivities
 from capstan.activities.rendering import RenderCache, RenderedView, render, render_view
+from capstan.activities.result_budget import ResultBudget
 from capstan.core.activity_io import CallModelInput
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message

@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from capstan.activities.budget import ResultBudget, apply_budget
 from capstan.activities.model import cost_of
 from capstan.activities.providers.anthropic import AnthropicMessages
 from capstan.activities.providers.base import RenderedCall, RenderedMessage
@@ -29,6 +28,7 @@ from capstan.activities.providers.profiles import (
     model_chain,
     resolve_profile,
 )
+from capstan.activities.result_budget import ResultBudget, apply_budget
 from capstan.core.messages import Usage
 from capstan.core.models import Prices
 from capstan.core.tooling import ToolSpec

@@ -1,5 +1,5 @@
 """A run about to wait for a person continues as new first once its execution has taken a step
-(`capstan.core.decision.waits_fresh`), so delivering the decision to an evicted run replays a
+(`capstan.core.planner.waits_fresh`), so delivering the decision to an evicted run replays a
 few events. Pure: the workflow gates it with `wait-fresh-v1` (tests/integration/test_wait_fresh)."""
 
 from __future__ import annotations

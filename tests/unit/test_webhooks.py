@@ -12,7 +12,7 @@ import pytest
 
 from capstan.activities.deliveries import MAX_RESPONSE_BYTES, post
 from capstan.activities.webhook_bodies import inbox_link, json_body, slack_body
-from capstan.core.notify import inbox_path, newly_opened, request_anchor
+from capstan.core.notifications import inbox_path, newly_opened, request_anchor
 from capstan.core.steering import ApprovalRequest, Question
 from capstan.runtime.config import ConfigError
 from capstan.runtime.embedded import EmbeddedServer

@@ -2,9 +2,10 @@
 result, and where the request is in the inbox.
 
 The workflow starts one `notify_request` per newly opened approval request or question and
-never waits for it (`capstan.workflows.notify`), on a task queue of its own (`delivery_queue`)
-so that deliveries never take the activity slots a run's model and tool calls need; the
-worker's webhook configuration and secrets stay with the activity (`capstan.activities.notify`).
+never waits for it (`capstan.workflows.webhook_starts`), on a task queue of its own
+(`delivery_queue`) so that deliveries never take the activity slots a run's model and tool calls
+need; the worker's webhook configuration and secrets stay with the activity
+(`capstan.activities.notify_request`).
 Everything here is recorded in history, so it holds no secret and no URL of a hook. Pure: no
 IO, clock or Temporal.
 """

@@ -1,4 +1,6 @@
-"""What a run does next: the one decision procedure of the loop, in the order of an iteration.
+"""What a run does next: the loop's planner, one procedure in the order of an iteration.
+
+(Named apart from a reviewer's `Decision` on an approval, `capstan.core.steering`.)
 
 Pure and read-only: it looks at the state and names the next effect, or, when the run must end
 now and its state does not say so yet, the `Ending` that the boundary fold records (see
@@ -49,25 +51,25 @@ from capstan.core.spec import SANDBOX_TOOLS, STATUS_DIAGNOSTICS, RunResult, Term
 from capstan.core.state import Ending, RunState
 from capstan.core.tooling import ToolInfo
 
-__all__ = ["decide", "model_description", "result", "waits_fresh"]
+__all__ = ["model_description", "plan", "result", "waits_fresh"]
 
 
-def decide(
+def plan(
     state: RunState,
     continue_suggested: bool,
     history: HistoryGauge | None = None,
     wait_fresh: bool = False,
 ) -> Effect | Ending:
-    """The one decision procedure, in the order of the iteration. An `Ending` means the run
+    """The planner, in the order of the iteration. An `Ending` means the run
     must end now and its state does not say so yet: the boundary fold records it. With
     `wait_fresh` (runs recorded with the rule), `waits_fresh` applies."""
-    decision = _decide(state, continue_suggested, history)
-    if isinstance(decision, AwaitInput):
+    planned = _plan(state, continue_suggested, history)
+    if isinstance(planned, AwaitInput):
         if limits.must_continue(history):
             return ContinueAsNew()  # wait in a fresh execution: the inputs still to come fit
         if wait_fresh and waits_fresh(state):
             return ContinueAsNew(before_wait=True)
-    return decision
+    return planned
 
 
 def waits_fresh(state: RunState) -> bool:
@@ -81,7 +83,7 @@ def waits_fresh(state: RunState) -> bool:
     return state.segment.steps > 0 and bool(state.turn.approvals or state.turn.questions)
 
 
-def _decide(
+def _plan(
     state: RunState, continue_suggested: bool, history: HistoryGauge | None
 ) -> Effect | Ending:
     if state.ending is not None:

@@ -3,7 +3,7 @@
 `AgentWorkflow._announce_requests` calls `notify_opened` after it has written the open requests
 to the memo. Each request not announced before (in this execution or, through the memo that
 continue-as-new carries over, in an earlier one) starts one `notify_request` activity, on the
-deliveries' own task queue (`capstan.core.notify.delivery_queue`). The run never waits for it
+deliveries' own task queue (`capstan.core.notifications.delivery_queue`). The run never waits for it
 and never fails because of it: a failure is logged by the workflow and kept
 in history (`ActivityTaskFailed`). Deterministic by law, like the rest of `workflows/`.
 
@@ -23,7 +23,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from capstan.core.activity_table import ACTIVITIES, ActivityName
-    from capstan.core.notify import (
+    from capstan.core.notifications import (
         NotifyInput,
         NotifyKind,
         NotifyResult,

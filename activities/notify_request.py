@@ -1,13 +1,14 @@
 """The `notify_request` activity: post an opened request to the worker's webhooks.
 
-The workflow starts it and never waits (`capstan.workflows.notify`), on the deliveries' own task
-queue, served beside the run's by `capstan.activities.deliveries.DeliveryWorker` (its own slots
-and connections: a hanging hook never holds up a model or tool call). Retries are Temporal's
-(`capstan.core.activity_table`): a hook that is down, times out, answers 5xx, 408 or 429 is
-retried with backoff (honouring `Retry-After`); a hook that refuses the request (any other 4xx)
-or whose URL or secret is missing or unusable is not. The hooks that took the request are kept
-in the heartbeat details, so a retry posts only to the others. Each post has one deadline (the
-hook's `timeout`: connect, write and read) and reads a few KiB of the answer at most.
+The workflow starts it and never waits (`capstan.workflows.webhook_starts`), on the deliveries'
+own task queue, served beside the run's by `capstan.activities.deliveries.DeliveryWorker` (its
+own slots and connections: a hanging hook never holds up a model or tool call). Retries are
+Temporal's (`capstan.core.activity_table`): a hook that is down, times out, answers 5xx, 408 or
+429 is retried with backoff (honouring `Retry-After`); a hook that refuses the request (any
+other 4xx) or whose URL or secret is missing or unusable is not. The hooks that took the request
+are kept in the heartbeat details, so a retry posts only to the others. Each post has one
+deadline (the hook's `timeout`: connect, write and read) and reads a few KiB of the answer at
+most.
 
 Secrets and hook URLs are read here, from the worker's environment or files, per attempt
 (`capstan.runtime.webhooks`); they are never in the input. Log lines and errors name the hook
@@ -41,7 +42,7 @@ from capstan.activities.providers.secrets import Scrubber
 from capstan.activities.webhook_bodies import event_name, inbox_link, json_body, slack_body
 from capstan.core.activity_table import ActivityName
 from capstan.core.content import BlobRef
-from capstan.core.notify import NotifyInput, NotifyResult
+from capstan.core.notifications import NotifyInput, NotifyResult
 from capstan.runtime.blobstore import BlobError, ContentStore
 from capstan.runtime.config import ConfigError
 from capstan.runtime.webhooks import (
@@ -56,7 +57,7 @@ from capstan.runtime.webhooks import (
 
 __all__ = ["NotifyActivities"]
 
-log = logging.getLogger("capstan.activities.notify")
+log = logging.getLogger("capstan.activities.notify_request")
 
 #: the longest `Retry-After` honoured (the activity's retry policy caps the rest)
 MAX_RETRY_AFTER = 60.0
