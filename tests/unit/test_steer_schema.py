@@ -14,11 +14,10 @@ from typing import Any
 import jsonschema
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
 
-from capstan.core.steering import decode_input
 from tests.integration.helpers import ROOT
 from tests.integration.test_steer_contract import HOSTILE, JSON, NEAR_INPUTS
+from tests.integration.test_steer_contract import _valid as _decodes
 
 
 def _schema() -> dict[str, Any]:
@@ -35,14 +34,6 @@ def _schema() -> dict[str, Any]:
 
 
 VALIDATOR = jsonschema.Draft202012Validator(_schema())
-
-
-def _decodes(payload: object) -> bool:
-    try:
-        decode_input(payload)
-    except ValidationError:
-        return False
-    return True
 
 
 def test_the_schema_is_draft_2020_12() -> None:
