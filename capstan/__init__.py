@@ -24,11 +24,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from capstan.activities.tools.registry import ToolContext, tool
     from capstan.client.runs import CapstanClient
+    from capstan.core.errors import CapstanError
     from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
 
 #: Public name -> the module that defines it.
 _EXPORTS = {
     "CapstanClient": "capstan.client.runs",
+    "CapstanError": "capstan.core.errors",
     "FinishMode": "capstan.core.spec",
     "RunResult": "capstan.core.spec",
     "RunSpec": "capstan.core.spec",
@@ -39,6 +41,7 @@ _EXPORTS = {
 
 __all__ = [
     "CapstanClient",
+    "CapstanError",
     "FinishMode",
     "RunResult",
     "RunSpec",

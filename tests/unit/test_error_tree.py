@@ -55,3 +55,9 @@ def test_one_config_error_everywhere() -> None:
     """The settings layer raises the tree's own class (not a look-alike a catch would miss)."""
     assert environment.ConfigError is ConfigError
     assert issubclass(ConfigError, ValueError) and issubclass(ConnectError, ConnectionError)
+
+
+def test_the_root_is_public() -> None:
+    import capstan
+
+    assert capstan.CapstanError is CapstanError
