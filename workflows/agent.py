@@ -26,7 +26,15 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from capstan.core import delegation, inputs, limits, loop
+    from capstan.core import (
+        delegation,
+        inputs,
+        limits,
+        loop,
+        # jsonschema, loaded with the workflow (clients never load it): the gate validates tool
+        # arguments with it, and the sandbox refuses a module first imported after the load
+        schema_engine,  # noqa: F401
+    )
     from capstan.core.activity_io import RunToolInput
     from capstan.core.activity_table import ACTIVITIES, ActivityName
     from capstan.core.children import ChildEnded, Delegation

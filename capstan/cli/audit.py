@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from capstan.cli.support import EXIT_OK, CliError, Command
+from capstan.cli.commands import Parsers
+from capstan.cli.support import EXIT_OK, CliError
 from capstan.cli.support import client_for as _client
 from capstan.runtime.config import Settings
 
@@ -18,9 +18,8 @@ if TYPE_CHECKING:
 # History reading, trail rendering and the replayer load in the command that uses them: every
 # other command (and `capstan --help`) would pay for them at start otherwise.
 
-__all__ = ["register_audit", "replay_histories"]
+__all__ = ["register", "replay_histories"]
 
-Adder = Callable[[str, Command, str], argparse.ArgumentParser]
 EXIT_PROBLEMS = 1
 
 
@@ -163,18 +162,18 @@ async def cmd_export(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def register_audit(add: Adder) -> None:
-    p = add("audit", cmd_audit, "a verified, tamper-evident trail of everything a run saw and did")
+def register(parsers: Parsers) -> None:
+    p = parsers.add("audit", cmd_audit)
     p.add_argument("run_id", nargs="?", default=None)
     p.add_argument("--format", choices=["jsonl", "md", "html"], default="jsonl")
     p.add_argument("--out", default=None)
     p.add_argument("--verify", action="store_true", help="check every blob and the hash chain")
     p.add_argument("--verify-file", default=None, help="check the hash chain of an exported trail")
-    p = add("replay", cmd_replay, "replay a run's history against the current code")
+    p = parsers.add("replay", cmd_replay)
     p.add_argument("run_id", nargs="?", default=None)
     p.add_argument(
         "--file", default=None, help="an exported history, or the directory of a chain's"
     )
-    p = add("export-history", cmd_export, "write a run's history (JSON) for replay tests")
+    p = parsers.add("export-history", cmd_export)
     p.add_argument("run_id")
     p.add_argument("--out", default=None)

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable
 
-from capstan.cli.support import EXIT_OK, Command
+from capstan.cli.commands import Parsers
+from capstan.cli.support import EXIT_OK
 from capstan.runtime.blobs import keyring_for
 from capstan.runtime.codec_server import DEFAULT_UI_ORIGINS, CodecServer
 from capstan.runtime.config import ConfigError, Settings
 
-__all__ = ["register_codec"]
-
-Adder = Callable[[str, Command, str], argparse.ArgumentParser]
+__all__ = ["register"]
 
 
 async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
@@ -36,8 +34,8 @@ async def cmd_codec_server(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_OK
 
 
-def register_codec(add: Adder) -> None:
-    p = add("codec-server", cmd_codec_server, "decrypt payloads for the Temporal Web UI")
+def register(parsers: Parsers) -> None:
+    p = parsers.add("codec-server", cmd_codec_server)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8081)
     p.add_argument(

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from datetime import timedelta
 
 from pydantic import ValidationError
 
 from capstan.audit.display import duration
+from capstan.cli.commands import Parsers
 from capstan.cli.intermixed import IntermixedParser
-from capstan.cli.support import EXIT_OK, CliError, Command, print_json, spec_from_args
+from capstan.cli.support import EXIT_OK, CliError, print_json, spec_from_args
 from capstan.cli.support import client_for as _client
 from capstan.client.schedules import OVERLAP, Schedules, ScheduleSummary, When, parse_duration
 from capstan.core.spec import RunSpec
 from capstan.runtime.config import Settings
 
-__all__ = ["register_schedule"]
-
-Adder = Callable[[str, Command, str], argparse.ArgumentParser]
+__all__ = ["register"]
 
 
 def _spec(args: argparse.Namespace, settings: Settings) -> RunSpec:
@@ -158,9 +156,9 @@ def _add_create(actions: argparse._SubParsersAction[IntermixedParser]) -> None:
     q.set_defaults(fn=cmd_create)
 
 
-def register_schedule(add: Adder) -> None:
+def register(parsers: Parsers) -> None:
     """Add `capstan schedule ...`."""
-    p = add("schedule", cmd_ls, "runs on a cron or an interval (Temporal Schedules)")
+    p = parsers.add("schedule", cmd_ls)
     actions = p.add_subparsers(dest="schedule_action", required=True, parser_class=IntermixedParser)
     _add_create(actions)
     q = actions.add_parser("ls", help="schedules that start Capstan runs")

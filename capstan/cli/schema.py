@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
-from capstan.cli.support import EXIT_OK, Command
+from capstan.cli.commands import Parsers
+from capstan.cli.support import EXIT_OK
 from capstan.core.spec import RunResult, RunSpec
 from capstan.core.steering import STEER, SteeringInput
 
-__all__ = ["SCHEMAS", "register_schema", "schema_of"]
+__all__ = ["SCHEMAS", "register", "schema_of"]
 
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -51,6 +51,6 @@ async def cmd_schema(args: argparse.Namespace, settings: object) -> int:
     return EXIT_OK
 
 
-def register_schema(add: Callable[[str, Command, str], argparse.ArgumentParser]) -> None:
-    p = add("schema", cmd_schema, "print the JSON Schema of a wire shape (steer, run-spec, ...)")
+def register(parsers: Parsers) -> None:
+    p = parsers.add("schema", cmd_schema)
     p.add_argument("name", choices=sorted(SCHEMAS))

@@ -18,6 +18,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import ValidationError
 
+from capstan.cli.commands import Parsers
 from capstan.cli.support import EXIT_OK, CliError, Command, expires_in, print_json
 from capstan.cli.support import client_for as _client
 from capstan.client.runs import CapstanError, tree_roots
@@ -25,9 +26,7 @@ from capstan.core.steering import STEERING_TYPES, Ack, PendingView, SteeringBase
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.config import Settings
 
-__all__ = ["input_from_args", "register_steering"]
-
-Adder = Callable[[str, Command, str], argparse.ArgumentParser]
+__all__ = ["input_from_args", "register"]
 
 
 def _said(ack: Ack | None, sent: str, applied: str) -> None:
@@ -171,11 +170,11 @@ def _print_pending(views: list[PendingView], content: ContentStore) -> None:
         print("nothing is waiting")
 
 
-def register_steering(add: Adder) -> None:
+def register(parsers: Parsers) -> None:
     """Add the steering sub-commands to the `capstan` parser."""
 
-    def steering(name: str, fn: Command, text: str) -> argparse.ArgumentParser:
-        p = add(name, fn, text)
+    def steering(name: str, fn: Command) -> argparse.ArgumentParser:
+        p = parsers.add(name, fn)
         p.add_argument("run_id")
         p.add_argument(
             "--checked",
@@ -188,20 +187,20 @@ def register_steering(add: Adder) -> None:
         if kind.wire.custom_cli:
             continue
         (name,) = kind.wire.commands
-        p = steering(name, _send_input(kind), kind.wire.help)
+        p = steering(name, _send_input(kind))
         for field in _cli_fields(kind):
             _add_field(p, kind, field)
     # decisions need the hash the reviewer was shown: written by hand
-    p = steering("approve", cmd_approve, "approve (or edit, or always approve) a tool call")
+    p = steering("approve", cmd_approve)
     p.add_argument("request_id", nargs="?", default=None)
     p.add_argument("--edit", default=None, metavar="JSON", help="run with these arguments")
     p.add_argument("--always", action="store_true", help="approve this tool for the whole run")
     p.add_argument("--hash", default=None, help="the arguments hash shown by `pending`")
     p.add_argument("--reason", default="")
-    p = steering("deny", cmd_deny, "deny a tool call; the reason is what the model sees")
+    p = steering("deny", cmd_deny)
     p.add_argument("request_id", nargs="?", default=None)
     p.add_argument("--reason", required=True)
     p.add_argument("--hash", default=None, help="the arguments hash shown by `pending`")
-    p = add("pending", cmd_pending, "what runs wait for: approvals, questions, steps, resume")
+    p = parsers.add("pending", cmd_pending)
     p.add_argument("run_id", nargs="?", default=None)
     p.add_argument("--json", action="store_true")

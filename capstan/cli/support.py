@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from capstan.audit.display import duration
+from capstan.cli.commands import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, Command
 from capstan.client.agents import load_spec, resolve_agent
 from capstan.client.runs import CapstanClient
 from capstan.core.errors import CapstanError
@@ -32,10 +32,7 @@ __all__ = [
     "spec_from_args",
 ]
 
-EXIT_OK, EXIT_RUN_NOT_COMPLETED, EXIT_ERROR = 0, 1, 2
 CONNECT_TIMEOUT = 10.0
-
-Command = Callable[[argparse.Namespace, Settings], Awaitable[int]]
 
 
 class CliError(CapstanError):

@@ -1,7 +1,7 @@
 """`capstan thread ls|show|send` and `capstan send --thread ID TEXT`.
 
 `send` is generated from the steering registry (`capstan.cli.steering`) with a run id and the
-text as positionals; `register_thread` puts a parser in its place that also takes `--thread`
+text as positionals; `register` puts a parser in its place that also takes `--thread`
 (then the one positional is the text) and hands everything else to the generated command.
 
 The CLI is the `default` tenant: its threads are `thread-<id>`, a thread id never holds `:`
@@ -12,8 +12,8 @@ another tenant is refused, never sent to (`capstan.client.threads`).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
+from capstan.cli.commands import Parsers
 from capstan.cli.intermixed import IntermixedParser
 from capstan.cli.support import EXIT_OK, CliError, Command, print_json
 from capstan.cli.support import client_for as _client
@@ -22,9 +22,7 @@ from capstan.client.threads import Sent, Threads, thread_workflow_id
 from capstan.core.spec import RunSpec
 from capstan.runtime.config import Settings
 
-__all__ = ["register_thread", "start_thread_run"]
-
-Adder = Callable[[str, Command, str], argparse.ArgumentParser]
+__all__ = ["register", "start_thread_run"]
 
 
 async def start_thread_run(client: CapstanClient, thread: str, spec: RunSpec) -> str:
@@ -87,8 +85,8 @@ def _send_with_thread(generated: Command) -> Command:
     return command
 
 
-def _replace_send(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    old = sub.choices.get("send")
+def _replace_send(parsers: Parsers) -> None:
+    old = parsers.built("send")
     if old is None:
         return
     generated: Command = old.get_default("fn")
@@ -99,13 +97,13 @@ def _replace_send(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--id", default=None, help="input id (resending the same id is a no-op)")
     p.add_argument("--checked", action="store_true", help="use the validated update")
     p.set_defaults(fn=_send_with_thread(generated))
-    sub.choices["send"] = p
+    parsers.replace("send", p)
 
 
-def register_thread(add: Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add `capstan thread ...` and `send --thread` (after `register_steering`)."""
-    _replace_send(sub)
-    p = add("thread", cmd_thread_ls, "conversations that go on across runs: ls, show, send")
+def register(parsers: Parsers) -> None:
+    """Add `capstan thread ...` and `send --thread` (after `capstan.cli.steering`'s)."""
+    _replace_send(parsers)
+    p = parsers.add("thread", cmd_thread_ls)
     actions = p.add_subparsers(dest="thread_action", required=True)
     q = actions.add_parser("ls", help="threads, newest first, with their latest run")
     q.add_argument("--limit", type=int, default=50)

@@ -14,6 +14,9 @@ workflow code. Whatever the schema says, validating with it:
 - never raises: a schema that cannot be used is a problem string (`schema_problem`), which the
   gate shows the model as the reason its call is refused, and MCP listing records as a note.
 
+jsonschema itself (`capstan.core.schema_engine`) is imported on the first validation: a process
+that never validates a schema (every client command) never loads it.
+
 Nested `$schema` keywords are refused: jsonschema would switch to its stock validator class for
 that subschema, whose keywords match with Python's `re`. `unevaluatedProperties` beside
 `patternProperties` is refused for the same reason (jsonschema evaluates it with `re`). Pure:
@@ -23,19 +26,13 @@ never any IO, never a clock; the caches only save work.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
-from contextvars import ContextVar
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator, FormatChecker, SchemaError, ValidationError
-from jsonschema.protocols import Validator
-from jsonschema.validators import extend
-from referencing import Registry, Resource
-from referencing.exceptions import NoSuchResource, Unresolvable
-
-from capstan.core import patterns
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -53,109 +50,6 @@ MAX_SCHEMA_DEPTH = 64
 MAX_STEPS = 20_000
 _SHOWN_ERRORS = 5
 _CACHE = 256
-
-
-class _TooMuchWorkError(Exception):
-    pass
-
-
-@dataclass
-class _Steps:
-    left: int
-
-
-#: the step budget of the validation in progress in this thread (none outside one)
-_STEPS: ContextVar[_Steps | None] = ContextVar("capstan_schema_steps", default=None)
-
-
-def _refuse(uri: str) -> Resource[Any]:
-    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # never fetched: a schema refers only to itself
-
-
-_REGISTRY: Registry[Any] = Registry(retrieve=_refuse)  # type: ignore[call-arg]
-
-
-def _regex_format(instance: object) -> bool:
-    if isinstance(instance, str):
-        patterns.compile_pattern(instance)
-    return True
-
-
-def _format_checker() -> FormatChecker:
-    checker = FormatChecker(formats=())
-    checker.checks("regex", raises=patterns.PatternError)(_regex_format)
-    return checker
-
-
-_META_FORMATS = _format_checker()
-
-
-def _pattern(
-    validator: Any, pattern: str, instance: object, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not patterns.search(pattern, str(instance)):
-        yield ValidationError(f"{_short(instance)} does not match {pattern!r}")
-
-
-def _pattern_properties(
-    validator: Any, rules: Mapping[str, Any], instance: object, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    if not isinstance(instance, dict):
-        return
-    for pattern, subschema in rules.items():
-        for key, value in instance.items():
-            if patterns.search(pattern, key):
-                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-def _additional_properties(
-    validator: Any, rule: Any, instance: object, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    if not isinstance(instance, dict):
-        return
-    known = schema.get("properties", {})
-    regexes = list(schema.get("patternProperties", {}))
-    extras = sorted(
-        (k for k in instance if k not in known and not any(patterns.search(p, k) for p in regexes)),
-        key=str,
-    )
-    if isinstance(rule, dict):
-        for extra in extras:
-            yield from validator.descend(instance[extra], rule, path=extra)
-    elif rule is False and extras:
-        shown = ", ".join(repr(e) for e in extras[:10])
-        yield ValidationError(f"additional properties are not allowed ({shown} unexpected)")
-
-
-def _counted(keyword: Any) -> Any:
-    """`keyword` counting one step of the validation's budget per evaluation."""
-
-    def evaluate(validator: Validator, value: Any, instance: Any, schema: Any) -> Any:
-        steps = _STEPS.get()
-        if steps is not None:
-            steps.left -= 1
-            if steps.left < 0:
-                raise _TooMuchWorkError
-        return keyword(validator, value, instance, schema)
-
-    return evaluate
-
-
-def _bounded_validator() -> Any:
-    """Draft 2020-12 with RE2 for every regex keyword and every keyword counted."""
-    own = {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-    }
-    keywords = {
-        name: _counted(own.get(name, keyword))
-        for name, keyword in Draft202012Validator.VALIDATORS.items()
-    }
-    return extend(Draft202012Validator, validators=keywords)  # type: ignore[no-untyped-call]
-
-
-_Bounded = _bounded_validator()
 
 
 @dataclass(frozen=True)
@@ -184,23 +78,25 @@ def check(schema: Mapping[str, Any], value: Any) -> Checked:
     built = _build(_key(schema))
     if built.validator is None:
         return Checked(refused=f"its schema cannot be used: {built.problem}")
-    token = _STEPS.set(_Steps(MAX_STEPS))
+    from capstan.core import schema_engine as engine  # see the module docstring
+
+    token = engine.STEPS.set(engine.Steps(MAX_STEPS))
     try:
         errors = sorted(
             built.validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message)
         )
-    except _TooMuchWorkError:
+    except engine.TooMuchWorkError:
         return Checked(refused=f"its schema takes more than {MAX_STEPS} steps to check")
-    except Unresolvable as exc:
+    except engine.Unresolvable as exc:
         return Checked(
-            refused=f"its schema refers to {_ref_of(exc)!r}, outside itself (never fetched)"
+            refused=f"its schema refers to {engine.ref_of(exc)!r}, outside itself (never fetched)"
         )
     except RecursionError:
         return Checked(refused="its schema refers to itself, or nests, too deeply to check them")
     except Exception as exc:  # a keyword the metaschema allows but jsonschema cannot apply
         return Checked(refused=f"its schema cannot be applied ({type(exc).__name__})")
     finally:
-        _STEPS.reset(token)
+        engine.STEPS.reset(token)
     return Checked(
         errors=tuple(
             f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
@@ -220,16 +116,13 @@ def _build(key: str) -> _Built:
         return _Built(None, "a tool's schema must be a JSON object")
     schema.pop("$schema", None)  # validated as 2020-12, whatever it names (see the docstring)
     problem = _shape_problem(schema)
+    from capstan.core import schema_engine as engine  # see the module docstring
+
     if problem is None:
-        try:
-            Draft202012Validator.check_schema(schema, format_checker=_META_FORMATS)
-        except SchemaError as exc:
-            problem = _schema_error(exc)
-        except RecursionError:
-            problem = "it nests too deeply"
+        problem = engine.metaschema_problem(schema)
     if problem is not None:
         return _Built(None, problem)
-    return _Built(_Bounded(schema, registry=_REGISTRY), None)
+    return _Built(engine.bounded(schema), None)
 
 
 def _shape_problem(schema: dict[str, Any]) -> str | None:
@@ -253,20 +146,3 @@ def _shape_problem(schema: dict[str, Any]) -> str | None:
     if {"patternProperties", "unevaluatedProperties"} <= uses:
         return "unevaluatedProperties together with patternProperties is not supported"
     return None
-
-
-def _schema_error(exc: SchemaError) -> str:
-    if isinstance(exc.cause, patterns.PatternError):
-        return str(exc.cause)
-    where = "/".join(str(p) for p in exc.absolute_path)
-    return " ".join(f"{where or 'schema'}: {exc.message}".split())[:300]
-
-
-def _ref_of(exc: Unresolvable) -> str:
-    ref = str(getattr(exc, "ref", "") or getattr(getattr(exc, "_wrapped", None), "ref", ""))
-    return ref[:200]
-
-
-def _short(instance: object) -> str:
-    text = repr(instance)
-    return text if len(text) <= 80 else text[:77] + "..."
