@@ -1,7 +1,8 @@
 """Capstan's benchmarks, as ratios against a baseline measured in the same run.
 
     python bench/run.py [--iterations 20] [--repeats 15] [--long-steps 5000]
-                        [--recovery-trials 10] [--parked-runs 1000] [--only overhead,history,...]
+                        [--recovery-trials 10] [--parked-runs 1000] [--active-runs 100]
+                        [--only overhead,history,...]
                         [--out bench/results/latest.json]
 
 1. Orchestration overhead: per-iteration time of `AgentWorkflow` (1 model call + 3 parallel
@@ -14,6 +15,7 @@
 4. A 5,000-step run through compactions (`bench/long_run.py`).
 5. Crash recovery against the bare floor (`bench/recovery.py`).
 6. Parked runs: worker memory and approve -> activity against the bare floor (`bench/parked.py`).
+7. 100 runs active at once on one worker: iterations/s against the floor's (`bench/active_runs.py`).
 
 This machine is shared and noisy: read the ratios, not the seconds. The load average is recorded
 before and after.
@@ -44,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from temporalio.client import Client  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
+from bench.active_runs import active_runs  # noqa: E402
 from bench.bare_workflow import BareWorkflow  # noqa: E402
 from bench.breakdown import Breakdown  # noqa: E402
 from bench.call_model_cost import measure as call_model_cost  # noqa: E402
@@ -194,7 +197,7 @@ async def history(client: CapstanClient, steps: int = 200) -> dict[str, Any]:
 _SCRIPT: dict[str, Any] = {}
 
 
-SECTIONS = ("overhead", "history", "call_model", "long_run", "recovery", "parked")
+SECTIONS = ("overhead", "history", "call_model", "long_run", "recovery", "parked", "active")
 
 
 def _load() -> list[float]:
@@ -309,6 +312,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 result["parked"] = await parked(
                     client, settings, args.parked_runs, steps_before=args.parked_steps
                 )
+            if "active" in args.only and args.active_runs > 0:
+                result["active"] = await active_runs(
+                    client,
+                    settings,
+                    server_pid,
+                    runs=args.active_runs,
+                    steps=args.active_steps,
+                    rounds=args.active_rounds,
+                )
         finally:
             server.stop()
     result["load_average_after"] = _load()
@@ -328,6 +340,9 @@ def main() -> None:
         default=0,
         help="read-only steps each parked run takes before it asks (its history grows with them)",
     )
+    parser.add_argument("--active-runs", type=int, default=100, help="runs at once (0: skip)")
+    parser.add_argument("--active-steps", type=int, default=10)
+    parser.add_argument("--active-rounds", type=int, default=3)
     parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "latest.json")
     args = parser.parse_args()

@@ -90,10 +90,12 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
     """CPU time (user + system) a process has used so far: what `ps` shows as TIME, read from
-    /proc at clock-tick resolution (`ps -o times` rounds to whole seconds)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+    /proc at clock-tick resolution (`ps -o times` rounds to whole seconds); with `thread`, that
+    thread's alone."""
+    where = f"/proc/{pid}/task/{thread}" if thread is not None else f"/proc/{pid}"
+    stat = Path(f"{where}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
