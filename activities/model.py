@@ -41,6 +41,7 @@ from capstan.activities.providers.profiles import (
     resolve_profile,
 )
 from capstan.activities.providers.secrets import Scrubber, worker_keys
+from capstan.activities.providers.wire_cache import wire_cache
 from capstan.activities.rendering import RenderCache, RenderedView, render, render_view
 from capstan.activities.result_budget import ResultBudget
 from capstan.core.activity_io import CallModelInput, DescribeModelInput, ModelReply
@@ -146,6 +147,14 @@ class ModelActivities:
         self.rendered = RenderCache()
         self._tool_specs: dict[str, list[ToolSpec]] = {}
         self._profiles: tuple[object, dict[str, ProfileTable]] | None = None
+
+    def release_idle(self, idle: float) -> bool:
+        """Drop the decoded segments, rendered conversations and encoded messages unused for
+        `idle` seconds: a run parked for a person holds ~10 KB in them until it moves, and then
+        reads, renders and encodes them again (bench/README.md, issue 28). True when any were
+        dropped (`capstan.host.memory.release_when_idle`)."""
+        caches = (self.segments, self.rendered, wire_cache)  # every one, not up to the first
+        return any([cache.release(idle) for cache in caches])
 
     def _table(self) -> dict[str, ProfileTable]:
         # checked on each call (one stat), so an edited profiles file applies without a restart

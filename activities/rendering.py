@@ -10,6 +10,7 @@ costs time, never correctness.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -93,7 +94,8 @@ class RenderedView:
 
 
 class RenderCache:
-    """Rendered conversations by (head, budget), least recently used first out.
+    """Rendered conversations by (head, budget), least recently used first out; those unused
+    for a while can be given back (`release`).
 
     A head names one immutable list of messages, so its rendering under one budget never
     changes: `call_model` renders only what a step added. Bounded by the characters the cached
@@ -101,27 +103,48 @@ class RenderCache:
     the small side). Thread-safe.
     """
 
-    def __init__(self, max_chars: int = 16_000_000) -> None:
+    def __init__(self, max_chars: int = 16_000_000, clock: Callable[[], float] = time.monotonic):
         self.max_chars = max_chars
-        self._views: OrderedDict[tuple[str, ResultBudget], RenderedView] = OrderedDict()
+        self._clock = clock
+        #: (head, budget) -> (view, when it was last used), least recently used first
+        self._views: OrderedDict[tuple[str, ResultBudget], tuple[RenderedView, float]] = (
+            OrderedDict()
+        )
         self._chars = 0
         self._lock = threading.Lock()
 
     def get(self, head: str, budget: ResultBudget) -> RenderedView | None:
         with self._lock:
-            view = self._views.get((head, budget))
-            if view is not None:
-                self._views.move_to_end((head, budget))
-            return view
+            found = self._views.get((head, budget))
+            if found is None:
+                return None
+            self._views[(head, budget)] = (found[0], self._clock())
+            self._views.move_to_end((head, budget))
+            return found[0]
 
     def put(self, head: str, budget: ResultBudget, view: RenderedView) -> None:
         with self._lock:
             old = self._views.pop((head, budget), None)
-            self._chars += view.chars - (old.chars if old else 0)
-            self._views[(head, budget)] = view
+            self._chars += view.chars - (old[0].chars if old else 0)
+            self._views[(head, budget)] = (view, self._clock())
             while self._chars > self.max_chars and len(self._views) > 1:
-                _, dropped = self._views.popitem(last=False)
+                _, (dropped, _) = self._views.popitem(last=False)
                 self._chars -= dropped.chars
+
+    def release(self, idle: float) -> bool:
+        """Drop the views unused for `idle` seconds (a parked run's: rendered again if it
+        moves); True when some were dropped."""
+        cutoff = self._clock() - idle
+        dropped = False
+        with self._lock:
+            while self._views:
+                key, (view, used) = next(iter(self._views.items()))
+                if used > cutoff:
+                    break
+                del self._views[key]
+                self._chars -= view.chars
+                dropped = True
+        return dropped
 
 
 def render_view(

@@ -31,13 +31,15 @@ from capstan.activities.tools.mcp import McpBrokenError, McpListing, McpRequired
 from capstan.activities.tools.registry import ToolContext, ToolRegistry
 from capstan.activities.tools.workspace import WorkspaceError
 from capstan.activities.tools.workspaces import jail_owner, run_workspace
-from capstan.core import policy
+from capstan.core import output, policy
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
 from capstan.core.activity_table import ActivityName
+from capstan.core.content import Text
 from capstan.core.notifications import NotifyKind
 from capstan.core.privilege import clamp_sandbox
 from capstan.core.spec import SANDBOX_TOOLS, SandboxLimits, ToolRule
 from capstan.core.tooling import (
+    FINISH_TOOL,
     ToolCatalog,
     ToolFailed,
     ToolInfo,
@@ -86,6 +88,12 @@ class ToolActivities:
     @activity.defn(name=ActivityName.LIST_TOOLS.value)
     async def list_tools(self, request: ListToolsInput) -> ToolCatalog:
         specs = self.registry.specs(request.allowed)
+        if request.output_schema is not None:  # a typed run: `finish` takes its answer's shape
+            typed = output.finish_parameters(request.output_schema)
+            specs = [
+                s.model_copy(update={"parameters": typed}) if s.name == FINISH_TOOL else s
+                for s in specs
+            ]
         listing = await self._mcp_listing(request.allowed)
         specs += listing.specs
         if request.delegates:  # the loop and the workflow handle it (a child run)
@@ -118,12 +126,21 @@ class ToolActivities:
 
     @activity.defn(name=ActivityName.CHECK_FINISH.value)
     async def check_finish(self, request: CheckFinishInput) -> FinishVerdict:
-        """Ask the worker's finish guard (`CAPSTAN_FINISH_GUARD`) about a run's answer."""
-        if self.finish_guard is None:
-            return FinishVerdict()
+        """Check a run's answer: against its output schema (a typed run), then with the
+        worker's finish guard (`CAPSTAN_FINISH_GUARD`) when it has one."""
         answer = await asyncio.to_thread(self.content.resolve, request.answer)
+        stored: Text | None = None
+        if request.output_schema is not None:
+            checked = output.check_answer(request.output_schema, answer)
+            if checked.answer is not None:
+                stored = await asyncio.to_thread(self.content.store_text, checked.answer)
+            if checked.errors:
+                return FinishVerdict(output=stored, invalid=checked.errors)
+            answer = checked.answer or ""
+        if self.finish_guard is None or not request.hook:
+            return FinishVerdict(output=stored)
         refusal = await self.finish_guard(answer, request.run_id, request.step)
-        return FinishVerdict(refusal=refusal or None)
+        return FinishVerdict(refusal=refusal or None, output=stored)
 
     def _info(self, spec: ToolSpec, source_rule: ToolRule | None = None) -> ToolInfo:
         """The gate's view of `spec`; the worker's policy file wins over the tool source's rule

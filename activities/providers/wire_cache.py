@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -48,6 +49,10 @@ def _key(fmt: str, m: RenderedMessage) -> Hashable:
     )
 
 
+#: a message, its key, its fragment, and when it was last used
+_Seen = tuple[RenderedMessage, Hashable, bytes, float]
+
+
 @dataclass
 class _Shared:
     fragment: bytes
@@ -56,19 +61,24 @@ class _Shared:
 
 class WireCache:
     """Encoded fragments by (wire format, message), least recently used first out, bounded by
-    the bytes of the distinct fragments and by the messages that name them. Thread-safe.
+    the bytes of the distinct fragments and by the messages that name them; those unused for a
+    while can be given back (`release`). Thread-safe.
 
     A message seen before is found by identity (the rendering cache hands back the same
     objects call after call: one dict lookup per message); a new one by its fields, so an equal
     message (another run's system prompt) shares the fragment encoded first."""
 
-    def __init__(self, max_bytes: int = 16 * 1024 * 1024, max_messages: int = 200_000) -> None:
+    def __init__(
+        self,
+        max_bytes: int = 16 * 1024 * 1024,
+        max_messages: int = 200_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_bytes, self.max_messages = max_bytes, max_messages
-        #: (format, id(message)) -> (message, its key, its fragment); the entry keeps the
-        #: message alive, so its id is not reused while the entry is here
-        self._seen: OrderedDict[tuple[str, int], tuple[RenderedMessage, Hashable, bytes]] = (
-            OrderedDict()
-        )
+        self._clock = clock
+        #: (format, id(message)) -> (message, its key, its fragment, when it was last used); the
+        #: entry keeps the message alive, so its id is not reused while the entry is here
+        self._seen: OrderedDict[tuple[str, int], _Seen] = OrderedDict()
         self._shared: dict[Hashable, _Shared] = {}
         self._bytes = 0
         self._lock = threading.Lock()
@@ -81,6 +91,7 @@ class WireCache:
         with self._lock:
             seen = self._seen.get(ident)
             if seen is not None and seen[0] is message:
+                self._seen[ident] = (*seen[:3], self._clock())
                 self._seen.move_to_end(ident)
                 return seen[2]
         key = _key(fmt, message)
@@ -92,7 +103,7 @@ class WireCache:
             shared = self._shared.setdefault(key, _Shared(fragment))
             self._bytes += len(fragment) if shared.users == 0 else 0
             shared.users += 1
-            self._seen[ident] = (message, key, shared.fragment)
+            self._seen[ident] = (message, key, shared.fragment, self._clock())
             while len(self._seen) > 1 and (
                 self._bytes > self.max_bytes or len(self._seen) > self.max_messages
             ):
@@ -108,6 +119,20 @@ class WireCache:
         if shared.users == 0:
             del self._shared[seen[1]]
             self._bytes -= len(shared.fragment)
+
+    def release(self, idle: float) -> bool:
+        """Forget the messages unused for `idle` seconds (a parked run's: encoded again if it
+        moves), and the fragments only they named; True when some were forgotten."""
+        cutoff = self._clock() - idle
+        dropped = False
+        with self._lock:
+            while self._seen:
+                ident, seen = next(iter(self._seen.items()))
+                if seen[3] > cutoff:
+                    break
+                self._forget(ident)
+                dropped = True
+        return dropped
 
     def __len__(self) -> int:
         """Distinct fragments held."""

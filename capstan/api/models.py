@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, ValidationError, create_model
 
+from capstan.api.errors import ApiError
 from capstan.core.spec import INTERNAL_FIELDS, RunSpec
 from capstan.core.strict import StrictModel
 
@@ -43,8 +44,16 @@ RunRequest = create_model(
 
 
 def spec_of(request: BaseModel) -> RunSpec:
-    """The `RunSpec` a `RunRequest` asks for; the fields it set stay the spec's set fields."""
-    return RunSpec.model_validate(request.model_dump(exclude_unset=True))
+    """The `RunSpec` a `RunRequest` asks for; the fields it set stay the spec's set fields.
+    `RunSpec`'s own checks (an output schema that cannot be used, ...) are a 422 naming the
+    field, as the request's shape is."""
+    try:
+        return RunSpec.model_validate(request.model_dump(exclude_unset=True))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in ("body", *first["loc"]))
+        message = " ".join(f"{where}: {first['msg']}".split())
+        raise ApiError(422, "invalid", message, field=where) from None
 
 
 class StartedRun(BaseModel):

@@ -25,8 +25,9 @@ from capstan.audit.trail import build_trail, verify_chain
 from capstan.client.agents import AgentsError, resolve_agent
 from capstan.client.runs import CapstanError, RunSummary, tree_roots
 from capstan.client.transcript import StepView, build_transcript
+from capstan.client.typed import RunStatusView
 from capstan.core import privilege
-from capstan.core.spec import RunSpec, RunStatus, TerminalReason
+from capstan.core.spec import RunSpec, TerminalReason
 from capstan.core.steering import PendingView
 from capstan.runtime.api_settings import ApiSettings
 
@@ -111,11 +112,12 @@ async def list_runs(
     return await runs.runs(principal, limit, reason.value if reason else None)
 
 
-@router.get("/runs/{run_id}", response_model=RunStatus, tags=["runs"])
-async def get_run(run_id: RunIdPath, principal: Reader, runs: Runs) -> RunStatus:
-    """Phase, step, terminal reason, output and usage (`capstan status --json`)."""
+@router.get("/runs/{run_id}", response_model=RunStatusView, tags=["runs"])
+async def get_run(run_id: RunIdPath, principal: Reader, runs: Runs) -> RunStatusView:
+    """Phase, step, terminal reason, output and usage (`capstan status --json`). `output` is
+    data: a typed result's JSON value (`output_format: json`), else the answer's text."""
     await runs.owned(run_id, principal)
-    return await runs.client.status(run_id)
+    return runs.client.status_view(await runs.client.status(run_id))
 
 
 @router.get("/runs/{run_id}/transcript", response_model=list[StepView], tags=["runs"])

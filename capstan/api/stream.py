@@ -10,12 +10,15 @@
     data: {"step": 3, "attempt": 1, "text": "Let me"}
 
     event: end
-    data: {"run_id": "run-1", "terminal_reason": "completed", "next": 31}
+    data: {"run_id": "run-1", "terminal_reason": "completed", "next": 31,
+           "output_format": "json", "output": {"total_cents": 1250}}
 
 Each step event carries its stable sequence number (from `capstan.audit.events`) as its SSE id,
 so a client that reconnects with `Last-Event-ID: N` gets event N+1 onwards: nothing lost, nothing
 repeated, across continue-as-new and worker restarts. Streamed model text (`text`) and the `end`
-event carry no id: they are ephemeral and leave the resume point where it was.
+event carry no id: they are ephemeral and leave the resume point where it was. The `end` of a
+run that returned a result carries its answer as data (`output`: a typed result's JSON value,
+`output_format: json`, or the answer's text), as `GET /api/runs/{id}` shows it.
 
 The stream follows the history with long polls (`HistoryFollower`): each answer holds only new
 history events. `ChainEvents` derives events for the current run of the chain only, and each
@@ -40,12 +43,13 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from fastapi import Query
+from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
 from capstan.audit.events import RunEvent, derive_events
 from capstan.audit.follow import HistoryFollower
 from capstan.audit.history import Entry
-from capstan.client.runs import CapstanClient
+from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.watch import watch_live
 from capstan.runtime.codec import CodecError
 
@@ -69,6 +73,16 @@ IncludeQuery = Annotated[
 ]
 
 _MODEL_KINDS = frozenset({"step_started", "model_replied", "model_failed", "run_ended"})
+
+
+async def _answer(client: CapstanClient, run_id: str) -> dict[str, Any]:
+    """The closed run's answer for the `end` event (nothing for a run that left no result: it
+    was terminated, or its history cannot be read here)."""
+    try:
+        result = await asyncio.wait_for(client.handle(run_id).result(follow_runs=False), 10)
+    except (WorkflowFailureError, RPCError, TimeoutError, CapstanError):
+        return {}  # no result to show: the events said how it ended
+    return {"output_format": result.output_format, "output": client.output_data(result)}
 
 
 def sse(data: Any, event: str | None = None, event_id: int | None = None) -> str:
@@ -186,7 +200,8 @@ async def run_stream(
                 yield sse(event.model_dump(mode="json"), "run_event", event.seq)
         if follower.closed:
             ending = next((e.summary for e in chain.current if e.kind == "run_ended"), None)
-            yield sse({"run_id": run_id, "terminal_reason": ending, "next": next_seq}, "end")
+            end = {"run_id": run_id, "terminal_reason": ending, "next": next_seq}
+            yield sse({**end, **await _answer(client, run_id)}, "end")
             return
         if not grew:
             yield ": keep-alive\n\n"

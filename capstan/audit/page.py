@@ -9,6 +9,7 @@ per-page budget, so a run of thousands of steps still makes a page a browser ope
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from capstan.audit.display import count, duration, money, parse_time, pretty_json, utc
@@ -75,11 +76,17 @@ def _overview(r: Review) -> str:
         ("Calls", f"{count(r.model_calls)} model calls · {count(r.tool_calls)} tool calls"),
         ("Temporal runs", " ".join(f"<code>{esc(t)}</code>" for t in r.temporal_runs)),
     ]
-    if ended.get("output") or ended.get("error"):
+    if ended.get("output_format") == "json":
+        answer = pretty_json(json.loads(str(ended.get("output") or "null")))
+        rows.append(("Answer (JSON)", f"<pre>{esc(answer[:4000])}</pre>"))
+    elif ended.get("output") or ended.get("error"):
         label, text = (
             ("Answer", ended["output"]) if ended.get("output") else ("Error", ended["error"])
         )
         rows.append((label, f"<pre>{esc(str(text)[:4000])}</pre>"))
+    schema = (r.spec or {}).get("output_schema")
+    if schema:
+        rows.append(("Output schema", f"<pre>{esc(pretty_json(schema)[:4000])}</pre>"))
     body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
     return f"<div class=card><table class=kv>{body}</table></div>"
 

@@ -90,6 +90,7 @@ class Snapshot:
                 step=result.steps,
                 terminal_reason=result.terminal_reason,
                 output=result.output,
+                output_format=result.output_format,
                 error=result.error,
                 usage=result.usage,
                 continued=continued,

@@ -219,6 +219,8 @@ def _record(b: _Builder, e: Entry) -> dict[str, Any]:
             "steps": r.steps,
             "usage": _dump(r.usage),
         }
+        if r.output_format == "json":  # a typed result (absent for text: older trails unchanged)
+            rec["output_format"] = r.output_format
     else:
         rec = {"kind": e.kind, **e.extra}
         if e.error:

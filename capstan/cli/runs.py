@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 
 from capstan.cli.commands import Parsers
 from capstan.cli.support import (
     EXIT_OK,
     EXIT_RUN_NOT_COMPLETED,
+    add_output_schema,
     spec_from_args,
 )
 from capstan.cli.support import client_for as _client
@@ -20,7 +22,7 @@ from capstan.cli.watching import cmd_watch
 from capstan.client.runs import CapstanClient
 from capstan.client.transcript import build_transcript
 from capstan.client.watch import format_step
-from capstan.core.spec import FinishMode, RunResult, RunSpec, TerminalReason
+from capstan.core.spec import FinishMode, RunResult, RunSpec, RunStatus, TerminalReason
 from capstan.runtime.config import Settings
 from capstan.runtime.embedded import running_ui
 
@@ -35,11 +37,23 @@ def _ui_link(settings: Settings, run_id: str) -> str | None:
     return f"{ui}/namespaces/{settings.namespace}/workflows/{run_id}" if ui else None
 
 
+def _shown(client: CapstanClient, ended: RunResult | RunStatus) -> str:
+    """The output as a person reads it: a typed result's JSON indented, else the text."""
+    data = client.output_data(ended)
+    return json.dumps(data, indent=2, ensure_ascii=False) if ended.output_format == "json" else data
+
+
+def _as_json(client: CapstanClient, ended: RunResult) -> dict[str, object]:
+    """`run --wait --json`: the result, its `output` as data (as `RunStatusView`'s)."""
+    shown = ended.model_dump(mode="json")
+    shown["output"] = client.output_data(ended)
+    return shown
+
+
 def _result_lines(result: RunResult, client: CapstanClient) -> list[str]:
-    output = client.content().resolve(result.output) if result.output is not None else ""
     lines = [f"run {result.run_id}: {result.terminal_reason.value} after {result.steps} steps"]
-    if output:
-        lines.append(f"output: {output}")
+    if result.output is not None:
+        lines.append(f"output: {_shown(client, result)}")
     if result.error:
         lines.append(f"reason: {result.error}")
     u = result.usage
@@ -81,7 +95,7 @@ async def cmd_run(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         announcing.cancel()
     if args.json:
-        _print_json(result.model_dump(mode="json"))
+        _print_json(_as_json(client, result))
     else:
         print("\n".join(_result_lines(result, client)))
     return EXIT_OK if result.terminal_reason is TerminalReason.COMPLETED else EXIT_RUN_NOT_COMPLETED
@@ -91,7 +105,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
     status = await client.status(args.run_id)
     if args.json:
-        _print_json(status.model_dump(mode="json"))
+        _print_json(client.status_view(status).model_dump(mode="json"))
         return EXIT_OK
     reason = status.terminal_reason.value if status.terminal_reason else "-"
     print(f"run {status.run_id}: phase {status.phase}, step {status.step}, terminal {reason}")
@@ -105,7 +119,7 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             f"start one with `capstan worker`)"
         )
     if status.output is not None:
-        print(f"output: {client.content().resolve(status.output)}")
+        print(f"output: {_shown(client, status)}")
     if status.error:
         print(f"reason: {status.error}")
     return EXIT_OK
@@ -153,6 +167,7 @@ def register(parsers: Parsers) -> None:
     )
     p.add_argument("--wait", action="store_true", help="wait and print the result")
     p.add_argument("--thread", default=None, help="continue this thread (or start it)")
+    add_output_schema(p)
     p.add_argument("--json", action="store_true")
     for name, fn in (("status", cmd_status), ("transcript", cmd_transcript)):
         p = parsers.add(name, fn)

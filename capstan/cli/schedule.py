@@ -15,7 +15,13 @@ from pydantic import ValidationError
 from capstan.audit.display import duration
 from capstan.cli.commands import Parsers
 from capstan.cli.intermixed import IntermixedParser
-from capstan.cli.support import EXIT_OK, CliError, print_json, spec_from_args
+from capstan.cli.support import (
+    EXIT_OK,
+    CliError,
+    add_output_schema,
+    print_json,
+    spec_from_args,
+)
 from capstan.cli.support import client_for as _client
 from capstan.client.schedules import OVERLAP, Schedules, ScheduleSummary, When, parse_duration
 from capstan.core.spec import RunSpec
@@ -147,6 +153,7 @@ def _add_create(actions: argparse._SubParsersAction[IntermixedParser]) -> None:
     q.add_argument("--system", default=None, help="system prompt")
     q.add_argument("--auto-approve", action="store_true", help="run `ask` tools unattended")
     q.add_argument("--tools", default=None, help="comma-separated tools to offer")
+    add_output_schema(q)
     q.add_argument("--overlap", choices=list(OVERLAP), default="skip", help="default skip")
     q.add_argument("--catchup", default=None, help="run missed times up to this late (1h)")
     q.add_argument("--jitter", default=None, help="delay each run by up to this (5m)")

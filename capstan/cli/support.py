@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from capstan.audit.display import duration
 from capstan.cli.commands import EXIT_ERROR, EXIT_OK, EXIT_RUN_NOT_COMPLETED, Command
-from capstan.client.agents import load_spec, resolve_agent
+from capstan.client.agents import load_spec, read_output_schema, resolve_agent
 from capstan.client.runs import CapstanClient
 from capstan.core.errors import CapstanError
 from capstan.core.spec import RunSpec
@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_RUN_NOT_COMPLETED",
     "CliError",
     "Command",
+    "add_output_schema",
     "client_for",
     "expires_in",
     "print_json",
@@ -70,6 +71,16 @@ def expires_in(at: datetime, now: datetime | None = None) -> str:
     return f"expires in {duration(left)}" if left >= 0 else f"expired {duration(-left)} ago"
 
 
+def add_output_schema(p: argparse.ArgumentParser) -> None:
+    """`--output-schema FILE`, for the commands that start runs (`run`, `schedule create`)."""
+    p.add_argument(
+        "--output-schema",
+        default=None,
+        metavar="FILE",
+        help="a JSON Schema the answer must match (the run returns it as JSON)",
+    )
+
+
 def spec_from_args(
     args: argparse.Namespace, settings: Settings, command: str, **fields: Any
 ) -> RunSpec:
@@ -82,6 +93,9 @@ def spec_from_args(
         "system_prompt": args.system,
         "auto_approve": args.auto_approve or None,
         "allowed_tools": tuple(args.tools.split(",")) if args.tools else None,
+        "output_schema": read_output_schema(Path(args.output_schema))
+        if args.output_schema
+        else None,
         **fields,
     }
     overrides = {k: v for k, v in given.items() if v is not None}

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ValidationError
 from capstan.client.runs import CapstanError
 from capstan.core.spec import RunSpec
 
-__all__ = ["AgentsError", "load_agents", "load_spec", "resolve_agent"]
+__all__ = ["AgentsError", "load_agents", "load_spec", "read_output_schema", "resolve_agent"]
 
 _NOT_DEFINED = ("task", "run_id", "agent", "depth")
 _DELEGATES = "delegates"
@@ -58,6 +58,7 @@ def load_agents(path: Path) -> dict[str, dict[str, Any]]:
             if key in table:
                 raise AgentsError(f"{where}: {key!r} is given per run, not in a definition")
         _check_delegates(where, tables, table.get(_DELEGATES, []))
+        _schema_file(path, where, table)
         fields = {k: v for k, v in table.items() if k != _DELEGATES}
         _validate(where, {"task": "(definition check)", **fields})
     return tables
@@ -98,7 +99,33 @@ def _embedded(agents: dict[str, dict[str, Any]], name: str, depth: int, max_dept
 def load_spec(path: Path, **overrides: Any) -> RunSpec:
     """A whole RunSpec from a TOML or JSON file (overrides: RunSpec fields given on top)."""
     data = _read(path)
+    _schema_file(path, str(path), data)
     return _validate(str(path), {**data, **overrides})
+
+
+def read_output_schema(path: Path) -> dict[str, Any]:
+    """An output schema from a JSON file (`capstan run --output-schema FILE`); whether it is a
+    usable schema is `RunSpec`'s check."""
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise AgentsError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AgentsError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(schema, dict):
+        raise AgentsError(f"{path}: a JSON Schema is a JSON object")
+    return schema
+
+
+def _schema_file(path: Path, where: str, table: dict[str, Any]) -> None:
+    """`output_schema = "invoice.schema.json"`: the schema read from that file (relative to the
+    definitions file), in place, so the definition carries the schema itself."""
+    named = table.get("output_schema")
+    if isinstance(named, str):
+        try:
+            table["output_schema"] = read_output_schema(path.parent / named)
+        except AgentsError as exc:
+            raise AgentsError(f"{where}: output_schema: {exc}") from None
 
 
 def _read(path: Path) -> dict[str, Any]:

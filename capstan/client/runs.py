@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import TaskQueueType
@@ -34,6 +35,13 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from capstan.client.typed import (
+    OutputTypeError,
+    RunNotCompletedError,
+    RunStatusView,
+    typed_output,
+    typed_spec,
+)
 from capstan.core import privilege
 from capstan.core.activity_table import ActivityName
 from capstan.core.children import ChildRun
@@ -74,6 +82,7 @@ from capstan.runtime.config import Settings
 from capstan.runtime.connect import connect_temporal
 
 log = logging.getLogger("capstan.client")
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from capstan.audit.snapshot import Snapshot
@@ -81,7 +90,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CapstanClient",
     "CapstanError",
+    "OutputTypeError",
     "RejectedError",
+    "RunNotCompletedError",
     "RunNotFoundError",
     "RunSummary",
     "SteeringError",
@@ -144,8 +155,12 @@ class CapstanClient:
     def handle(self, run_id: str) -> WorkflowHandle[object, RunResult]:
         return self.client.get_workflow_handle(run_id, result_type=RunResult)
 
-    async def start_run(self, spec: RunSpec) -> str:
-        """Start a run and return its id (the workflow id)."""
+    async def start_run(self, spec: RunSpec, *, output_type: Any = None) -> str:
+        """Start a run and return its id (the workflow id). With `output_type` (a pydantic
+        model, or any type pydantic validates) the run answers with data of that type: its
+        JSON Schema becomes `spec.output_schema` (`capstan.client.typed`)."""
+        if output_type is not None:
+            spec = typed_spec(spec, output_type)
         if spec.thread is not None:  # its task travels as the start signal
             raise CapstanError("a thread run starts with `Threads.send` (capstan.client.threads)")
         run_id = spec.run_id or f"run-{uuid.uuid4().hex[:12]}"
@@ -172,9 +187,36 @@ class CapstanClient:
             f"{self.settings.task_queue!r}: it starts when one does (`capstan worker`)"
         )
 
-    async def result(self, run_id: str) -> RunResult:
-        """Wait for the run's result, following continue-as-new."""
-        return await self.handle(run_id).result(follow_runs=True)
+    @overload
+    async def result(self, run_id: str) -> RunResult: ...
+
+    @overload
+    async def result(self, run_id: str, output_type: type[T]) -> T: ...
+
+    async def result(self, run_id: str, output_type: type[T] | None = None) -> RunResult | T:
+        """Wait for the run's result, following continue-as-new. With `output_type`, its
+        answer validated as that type (`RunNotCompletedError` if it did not complete)."""
+        result = await self.handle(run_id).result(follow_runs=True)
+        if output_type is None:
+            return result
+        return self.typed_output(result, output_type)
+
+    def typed_output(self, result: RunResult, output_type: type[T]) -> T:
+        """A completed run's answer as a validated `output_type` (its output resolved)."""
+        text = self.content().resolve(result.output) if result.output is not None else ""
+        return typed_output(result, text, output_type)
+
+    def status_view(self, status: RunStatus) -> RunStatusView:
+        """`status` with its output as data (`RunStatusView`)."""
+        shown = status.model_dump(exclude={"output"})
+        return RunStatusView(**shown, output=self.output_data(status))
+
+    def output_data(self, result: RunResult | RunStatus) -> Any:
+        """The output as data: a typed result's JSON parsed, else its text (None: no output)."""
+        if result.output is None:
+            return None
+        text = self.content().resolve(result.output)
+        return json.loads(text) if result.output_format == "json" else text
 
     async def describe(self, run_id: str) -> WorkflowExecutionDescription:
         """The run's latest execution; `RunNotFoundError` names an unknown id."""

@@ -6,7 +6,7 @@ large content travels as `BlobRef`. Fields are only ever added, with defaults.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -34,6 +34,8 @@ class ListToolsInput(BaseModel):
     allowed: tuple[str, ...] | None = None
     #: the agents the run may delegate to: the listing offers `delegate` with these names
     delegates: tuple[str, ...] = ()
+    #: the run's `output_schema`: `finish` is offered taking an answer of this shape
+    output_schema: dict[str, Any] | None = None
 
 
 class CallModelInput(BaseModel):
@@ -142,10 +144,22 @@ class CheckFinishInput(BaseModel):
 
     run_id: str
     step: int
+    #: the answer; with `output_schema`, the `finish` call's whole arguments (`{"answer": ...}`)
     answer: Text
+    #: check the answer against this schema first (a typed run); the worker resolves a large
+    #: answer from the blob store, which workflow code cannot
+    output_schema: dict[str, Any] | None = None
+    #: ask the worker's finish guard hook too (it refuses at most once a run)
+    hook: bool = True
 
 
 class FinishVerdict(BaseModel):
+    """The worker's verdict on a `finish`: its hook's refusal, or for a typed run either the
+    answer's JSON (`output`) or what is wrong with it (`invalid`, with the answer in `output`
+    as given, when it could be read)."""
+
     model_config = ConfigDict(frozen=True)
 
     refusal: str | None = None
+    output: Text | None = None
+    invalid: tuple[str, ...] = ()

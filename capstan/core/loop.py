@@ -329,10 +329,12 @@ def _on_reply(state: RunState, reply: ModelReply) -> RunState:
 
 
 def _on_finish(state: RunState, call: ToolCall) -> RunState | None:
-    """`finish` alone: refused once by a finish guard, checked by the worker's hook, or the
-    run completes. None when its arguments are bad (the gate makes that an observation)."""
+    """`finish` alone: refused once by a finish guard, checked by the worker (its hook, or the
+    run's output schema), or the run completes. None when its arguments are bad (the gate
+    makes that an observation); a typed run's answer is read by the worker's check."""
     answer, problem = finish_answer(call)
-    if problem is not None:
+    typed = state.spec.output_schema is not None
+    if problem is not None and not typed:
         return None
     calm = replace(state, guards=replace(state.guards, nudges=0))
     refusal = finish_refusal(state)
@@ -341,7 +343,7 @@ def _on_finish(state: RunState, call: ToolCall) -> RunState | None:
         refused = ToolFailed(call_id=call.id, failure="not_run", error=error)
         guarded = replace(calm, guards=replace(calm.guards, finish_refused=True))
         return act(guarded, Turn(calls=(call,), decided=(refused,)))
-    if finish_hooked(state):
+    if typed or finish_hooked(state):
         return replace(calm, guards=replace(calm.guards, finish_pending=call))
     return end(calm, Ending(reason=TerminalReason.COMPLETED, output=answer))
 

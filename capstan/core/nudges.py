@@ -73,6 +73,17 @@ def breaker(name: str, count: int) -> str:
     }[name]
 
 
+def output_invalid(errors: tuple[str, ...], attempts_left: int) -> str:
+    """A typed run's answer the output schema refused: each failing JSON path, and how many
+    more answers may be refused before the run ends."""
+    listed = "; ".join(errors)
+    left = f"{attempts_left} more attempt" + ("" if attempts_left == 1 else "s")
+    return (
+        f"`finish` was not accepted: the answer does not match the required output schema "
+        f"({listed}). Call `finish` again with an `answer` that matches it ({left})."
+    )
+
+
 def finish_refused(reason: str) -> str:
     return f"`finish` was not accepted: {reason}. Address this, then call `finish` again."
 

@@ -47,9 +47,11 @@ from capstan.core.effects import (
 from capstan.core.finish import finish_answer
 from capstan.core.gate import open_requests
 from capstan.core.limits import HistoryGauge
+from capstan.core.messages import ToolCall
 from capstan.core.spec import SANDBOX_TOOLS, STATUS_DIAGNOSTICS, RunResult, TerminalReason
 from capstan.core.state import Ending, RunState
 from capstan.core.tooling import ToolInfo
+from capstan.core.turns import finish_hooked
 
 __all__ = ["model_description", "plan", "result", "waits_fresh"]
 
@@ -121,10 +123,7 @@ def _thinking(
 ) -> Effect | Ending:
     """A finish awaiting its check, step limit, continue-as-new, compaction, the model call."""
     if state.guards.finish_pending is not None:
-        answer, _ = finish_answer(state.guards.finish_pending)
-        return CheckFinish(
-            request=CheckFinishInput(run_id=state.run_id, step=state.step, answer=answer)
-        )
+        return CheckFinish(request=_finish_check(state, state.guards.finish_pending))
     if state.awaiting_steps:
         return AwaitInput(waiting_for=("steps",))
     if state.step >= state.step_limit:
@@ -164,6 +163,22 @@ def _budget_spent(state: RunState, spent: tuple[str, str]) -> AwaitInput | Endin
     return Ending(reason=TerminalReason.BUDGET_EXHAUSTED, error=detail)
 
 
+def _finish_check(state: RunState, call: ToolCall) -> CheckFinishInput:
+    """What the worker checks of a `finish`: the answer for its hook, or for a typed run the
+    call's whole arguments against the output schema (the hook too, until it has refused)."""
+    schema = state.spec.output_schema
+    if schema is None:
+        answer, _ = finish_answer(call)
+        return CheckFinishInput(run_id=state.run_id, step=state.step, answer=answer)
+    return CheckFinishInput(
+        run_id=state.run_id,
+        step=state.step,
+        answer=call.arguments,
+        output_schema=schema,
+        hook=finish_hooked(state),
+    )
+
+
 def _model_request(state: RunState) -> CallModelInput:
     assert state.catalog is not None
     policy = state.spec.context
@@ -186,7 +201,9 @@ def _model_request(state: RunState) -> CallModelInput:
 def _listing(state: RunState) -> ListToolsInput:
     """The run's tools; `delegate` is offered (by the listing) when the run may delegate."""
     return ListToolsInput(
-        allowed=state.spec.allowed_tools, delegates=delegation.offered(state.spec)
+        allowed=state.spec.allowed_tools,
+        delegates=delegation.offered(state.spec),
+        output_schema=state.spec.output_schema,
     )
 
 
@@ -241,6 +258,7 @@ def result(state: RunState) -> RunResult:
         run_id=state.run_id,
         terminal_reason=state.ending.reason,
         output=state.ending.output,
+        output_format=state.ending.output_format,
         error=state.ending.error,
         steps=state.step,
         usage=state.usage,

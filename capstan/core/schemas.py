@@ -26,10 +26,10 @@ never any IO, never a clock; the caches only save work.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -40,6 +40,8 @@ __all__ = [
     "MAX_STEPS",
     "Checked",
     "check",
+    "json_path",
+    "outside_ref",
     "schema_problem",
 ]
 
@@ -73,8 +75,32 @@ class Checked:
     errors: tuple[str, ...] = ()
 
 
-def check(schema: Mapping[str, Any], value: Any) -> Checked:
-    """Validate `value` against `schema` without IO and within `MAX_STEPS`; never raises."""
+def outside_ref(schema: Mapping[str, Any]) -> str | None:
+    """The first `$ref` that points outside the schema (it would never be fetched), or None."""
+    stack: list[object] = [schema]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            ref = value.get("$ref")
+            if isinstance(ref, str) and not ref.startswith("#"):
+                return ref
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return None
+
+
+def json_path(path: Iterable[str | int]) -> str:
+    """`$.items[0].price`: where in a JSON value an error is (an answer's, for the model)."""
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+def check(
+    schema: Mapping[str, Any], value: Any, *, paths: Literal["arguments", "json"] = "arguments"
+) -> Checked:
+    """Validate `value` against `schema` without IO and within `MAX_STEPS`; never raises.
+    Errors say where as `text.0.name` (a tool's arguments, `paths="arguments"`) or as a JSON
+    path `$.text[0].name` (`paths="json"`, an answer)."""
     built = _build(_key(schema))
     if built.validator is None:
         return Checked(refused=f"its schema cannot be used: {built.problem}")
@@ -99,10 +125,15 @@ def check(schema: Mapping[str, Any], value: Any) -> Checked:
         engine.STEPS.reset(token)
     return Checked(
         errors=tuple(
-            f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
-            for e in errors[:_SHOWN_ERRORS]
+            f"{_where(e.absolute_path, paths)}: {e.message}" for e in errors[:_SHOWN_ERRORS]
         )
     )
+
+
+def _where(path: Iterable[str | int], paths: Literal["arguments", "json"]) -> str:
+    if paths == "json":
+        return json_path(path)
+    return ".".join(str(p) for p in path) or "arguments"
 
 
 def _key(schema: Mapping[str, Any]) -> str:

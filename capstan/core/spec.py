@@ -6,11 +6,13 @@ ever added, with defaults, to keep old histories decoding. Pure types only.
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from capstan.core import schemas
 from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, Usage
 from capstan.core.patterns import Pattern
@@ -19,12 +21,14 @@ from capstan.core.tenants import workspace_parts
 
 __all__ = [
     "INTERNAL_FIELDS",
+    "MAX_OUTPUT_SCHEMA_BYTES",
     "SANDBOX_TOOLS",
     "ActivityTuning",
     "Budgets",
     "ContextPolicy",
     "FinishMode",
     "GuardPolicy",
+    "OutputFormat",
     "Phase",
     "RunResult",
     "RunSpec",
@@ -46,6 +50,8 @@ class TerminalReason(StrEnum):
     PROMPT_TOO_LONG = "prompt_too_long"
     CIRCUIT_BREAKER = "circuit_breaker"
     FAILED = "failed"
+    #: the run's `output_schema` refused every answer the model gave (`guards.output_attempts`)
+    OUTPUT_INVALID = "output_invalid"
 
 
 class FinishMode(StrEnum):
@@ -60,6 +66,9 @@ class FinishMode(StrEnum):
 
 
 Phase = Literal["starting", "thinking", "acting", "finished"]
+OutputFormat = Literal["text", "json"]
+#: the largest `RunSpec.output_schema` (its JSON): it travels with the run's input
+MAX_OUTPUT_SCHEMA_BYTES = 64_000
 ExpiryOutcome = Literal["deny", "cancel"]
 
 
@@ -143,6 +152,8 @@ class GuardPolicy(StrictModel):
     #: one wrap-up nudge when this many steps, or this share of any budget, remain
     finalize_steps: int = 2
     finalize_fraction: float = 0.1
+    #: answers refused by the run's `output_schema` before the run ends `output_invalid`
+    output_attempts: int = Field(default=3, ge=1)
 
 
 class Budgets(StrictModel):
@@ -241,6 +252,27 @@ class RunSpec(StrictModel):
     #: the run's own workspace below the worker's root (`capstan.core.tenants.workspace_key`:
     #: `<tenant>`, `<tenant>/threads/<thread>`), set by Capstan only; None: the root itself
     workspace: str | None = None
+    #: the answer's JSON Schema (draft 2020-12): `finish` takes an answer of this shape, checked
+    #: by the worker; the run completes with it as JSON (`RunResult.output_format`), or ends
+    #: `output_invalid` after `guards.output_attempts` refused answers. None: a text answer.
+    output_schema: dict[str, Any] | None = None
+
+    @field_validator("output_schema")
+    @classmethod
+    def _usable_output_schema(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A schema `finish` can be checked against: draft 2020-12, self-contained, bounded
+        (`capstan.core.schemas`), and small enough to travel with the run."""
+        if schema is None:
+            return None
+        size = len(json.dumps(schema, separators=(",", ":"), default=str))
+        if size > MAX_OUTPUT_SCHEMA_BYTES:
+            raise ValueError(f"it is {size:,} bytes of JSON (at most {MAX_OUTPUT_SCHEMA_BYTES:,})")
+        problem = schemas.schema_problem(schema)
+        if problem is not None:
+            raise ValueError(problem)
+        if (ref := schemas.outside_ref(schema)) is not None:
+            raise ValueError(f"$ref {ref[:200]!r} points outside the schema (never fetched)")
+        return schema
 
     @field_validator("workspace")
     @classmethod
@@ -272,6 +304,7 @@ class RunStatus(BaseModel):
     step: int
     terminal_reason: TerminalReason | None = None
     output: Text | None = None
+    output_format: OutputFormat = "text"
     error: str | None = None
     usage: Usage = Usage()
     continued: int = 0
@@ -301,3 +334,5 @@ class RunResult(BaseModel):
     #: the run's last diagnostics (as `RunStatus.diagnostics`), so a closed run's status is
     #: answered from its result with no worker asked
     diagnostics: tuple[str, ...] = ()
+    #: `json`: `output` is JSON that matched the run's `output_schema` (a typed result)
+    output_format: OutputFormat = "text"

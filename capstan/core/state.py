@@ -36,7 +36,14 @@ from capstan.core.guards import Streaks
 from capstan.core.idset import IdSet
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.models import ModelChain, ModelInfo
-from capstan.core.spec import STATUS_DIAGNOSTICS, Phase, RunSpec, RunStatus, TerminalReason
+from capstan.core.spec import (
+    STATUS_DIAGNOSTICS,
+    OutputFormat,
+    Phase,
+    RunSpec,
+    RunStatus,
+    TerminalReason,
+)
 from capstan.core.steering import ApprovalRecord, ApprovalRequest, PendingView, Question
 from capstan.core.tooling import ToolCatalog, ToolOutcome
 
@@ -69,6 +76,7 @@ class Ending:
     reason: TerminalReason
     error: str | None = None
     output: Text | None = None
+    output_format: OutputFormat = "text"
 
 
 @dataclass(frozen=True)
@@ -142,8 +150,9 @@ class Guards:
     nudges: int = 0  # corrective nudges in a row
     streaks: Streaks = field(default_factory=Streaks)
     finish_refused: bool = False
-    finish_pending: ToolCall | None = None  # a finish waiting for the worker's hook
+    finish_pending: ToolCall | None = None  # a finish waiting for the worker's check
     finalize_warned: bool = False
+    invalid_outputs: int = 0  # answers the run's output schema refused
 
 
 @dataclass(frozen=True)
@@ -197,6 +206,10 @@ class RunState:
     @property
     def error(self) -> str | None:
         return self.ending.error if self.ending is not None else None
+
+    @property
+    def output_format(self) -> OutputFormat:
+        return self.ending.output_format if self.ending is not None else "text"
 
     @property
     def model(self) -> ModelInfo | None:
@@ -260,6 +273,7 @@ class RunState:
             step=self.step,
             terminal_reason=self.terminal,
             output=self.output,
+            output_format=self.output_format,
             error=self.error,
             usage=self.usage,
             continued=self.segment.continued,

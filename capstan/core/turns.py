@@ -127,6 +127,24 @@ def finalize_warning(state: RunState) -> Message | None:
     return _nudge(state, nudges.finalize())
 
 
+def _invalid_output(
+    state: RunState, guards: Guards, call: ToolCall, verdict: FinishVerdict
+) -> tuple[Guards, Ending | Act]:
+    """An answer the output schema refused: the model sees each failing path and tries again,
+    until `output_attempts` answers were refused; then the run ends `output_invalid` with the
+    last answer and its errors."""
+    count = guards.invalid_outputs + 1
+    guards = replace(guards, invalid_outputs=count)
+    if count >= state.spec.guards.output_attempts:
+        error = f"{count} answers did not match the output schema; the last: " + "; ".join(
+            verdict.invalid
+        )
+        return guards, Ending(TerminalReason.OUTPUT_INVALID, error=error, output=verdict.output)
+    error = nudges.output_invalid(verdict.invalid, state.spec.guards.output_attempts - count)
+    refused = ToolFailed(call_id=call.id, failure="invalid_arguments", error=error)
+    return guards, Act(turn=Turn(calls=(call,), decided=(refused,)))
+
+
 def finish_hooked(state: RunState) -> bool:
     """A first `finish` goes to the worker's finish guard hook when it has one."""
     return (
@@ -140,7 +158,12 @@ def on_finish_checked(state: RunState, verdict: FinishVerdict) -> tuple[Guards, 
     call = state.guards.finish_pending
     assert call is not None
     guards = replace(state.guards, finish_pending=None)
+    if verdict.invalid:
+        return _invalid_output(state, guards, call, verdict)
     if verdict.refusal is None:
+        if verdict.output is not None:  # a typed run's answer, as JSON the schema accepted
+            ending = Ending(TerminalReason.COMPLETED, output=verdict.output, output_format="json")
+            return guards, ending
         answer, _ = finish_answer(call)
         return guards, Ending(reason=TerminalReason.COMPLETED, output=answer)
     refused = ToolFailed(

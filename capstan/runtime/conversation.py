@@ -12,15 +12,16 @@ history as it happened (`original=True`) jumps there. Segments written before st
 (a compacted root with no parent) read the same way.
 
 Segments are content-addressed and immutable, so a decoded segment can be cached by its hash
-for the life of the process (`SegmentCache`): the hash was verified when it was first read.
+for as long as it is used (`SegmentCache`): the hash was verified when it was first read.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
@@ -61,14 +62,17 @@ class StoredSegment:
 
 
 class SegmentCache:
-    """Decoded segments by hash, least recently used first out, bounded by message count.
+    """Decoded segments by hash, least recently used first out, bounded by message count; those
+    unused for a while can be given back (`release`).
 
     Thread-safe: `call_model` and `compact_context` read chains from worker threads.
     """
 
-    def __init__(self, max_messages: int = 20_000) -> None:
+    def __init__(self, max_messages: int = 20_000, clock: Callable[[], float] = time.monotonic):
         self.max_messages = max_messages
-        self._segments: OrderedDict[str, Segment] = OrderedDict()
+        self._clock = clock
+        #: hash -> (segment, when it was last used), least recently used first
+        self._segments: OrderedDict[str, tuple[Segment, float]] = OrderedDict()
         self._messages = 0
         self._lock = threading.Lock()
 
@@ -76,8 +80,9 @@ class SegmentCache:
         with self._lock:
             found = self._segments.get(sha256)
             if found is not None:
+                self._segments[sha256] = (found[0], self._clock())
                 self._segments.move_to_end(sha256)
-                return found
+                return found[0]
         segment = Segment.model_validate_json(store.read_bytes(sha256))
         self.put(sha256, segment)
         return segment
@@ -86,11 +91,26 @@ class SegmentCache:
         with self._lock:
             if sha256 in self._segments:
                 return
-            self._segments[sha256] = segment
+            self._segments[sha256] = (segment, self._clock())
             self._messages += len(segment.messages)
             while self._messages > self.max_messages and len(self._segments) > 1:
-                _, old = self._segments.popitem(last=False)
+                _, (old, _) = self._segments.popitem(last=False)
                 self._messages -= len(old.messages)
+
+    def release(self, idle: float) -> bool:
+        """Drop the segments unused for `idle` seconds (a parked run's: read again from the
+        store if it moves); True when some were dropped."""
+        cutoff = self._clock() - idle
+        dropped = False
+        with self._lock:
+            while self._segments:
+                sha256, (segment, used) = next(iter(self._segments.items()))
+                if used > cutoff:
+                    break
+                del self._segments[sha256]
+                self._messages -= len(segment.messages)
+                dropped = True
+        return dropped
 
 
 def _read(store: ContentStore, sha256: str, cache: SegmentCache | None) -> Segment:

@@ -121,7 +121,13 @@ async def test_resume_across_continue_as_new_and_a_worker_restart(agent: Agent) 
     assert texts and all(t["step"] == 2 and t["text"] in STREAMED for t in texts)
     end = second[-1]
     assert end.event == "end" and end.id is None
-    assert end.data == {"run_id": run_id, "terminal_reason": "completed", "next": len(expected)}
+    assert end.data == {
+        "run_id": run_id,
+        "terminal_reason": "completed",
+        "next": len(expected),
+        "output_format": "text",  # the run's answer, as `GET /api/runs/{id}` shows it
+        "output": result.output,
+    }
 
 
 async def test_from_an_offset_and_after_the_end(agent: Agent) -> None:

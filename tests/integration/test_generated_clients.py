@@ -52,7 +52,6 @@ type Body<K extends keyof operations> = Json<NonNullable<operations[K]["requestB
 type Answer<K extends keyof operations, S extends keyof operations[K]["responses"]> = Json<
   operations[K]["responses"][S]
 >;
-type Output = string | components["schemas"]["BlobRef"] | null;
 
 // a request names only what it wants: every field with a server default is optional
 export const start: Body<"startRun"> = { task: "write a.txt" };
@@ -68,7 +67,10 @@ export const budget: Body<"grantBudget"> = { budget: "input_tokens", amount: 100
 
 // an answer always carries every field (null where there is nothing)
 export const runId = (started: Answer<"startRun", 201>): string => started.run_id;
-export const output = (status: Answer<"getRun", 200>): Output => status.output;
+// `output` is data: a typed result's JSON value (`output_format` "json"), else the answer's text
+export const text = (status: Answer<"getRun", 200>): string | undefined =>
+  status.output_format === "text" && typeof status.output === "string" ? status.output : undefined;
+export const format = (status: Answer<"getRun", 200>): "text" | "json" => status.output_format;
 export const reason = (
   status: Answer<"getRun", 200>,
 ): components["schemas"]["TerminalReason"] | null => status.terminal_reason;

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from capstan.core import loop
-from capstan.core.activity_io import CompactResult, FinishVerdict, ModelReply
+from capstan.core.activity_io import CheckFinishInput, CompactResult, FinishVerdict, ModelReply
 from capstan.core.content import BlobRef
 from capstan.core.effects import (
     AwaitInput,
@@ -34,6 +34,7 @@ from capstan.core.effects import (
 )
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.models import ModelChain, ModelInfo
+from capstan.core.output import check_answer
 from capstan.core.spec import RunResult, RunSpec
 from capstan.core.state import RunState
 from capstan.core.tooling import ToolCatalog, ToolInfo, ToolOutcome, ToolSucceeded
@@ -143,6 +144,19 @@ class Driver:
             state = loop.apply(state, self._perform(effect, state))
         raise AssertionError("loop did not finish")
 
+    def _check_finish(self, request: CheckFinishInput) -> FinishVerdict:
+        """As the worker's `check_finish`: the output schema (a typed run), then the hook."""
+        answer, stored = str(request.answer), None
+        if request.output_schema is not None:
+            checked = check_answer(request.output_schema, answer)
+            if checked.errors:
+                return FinishVerdict(output=checked.answer, invalid=checked.errors)
+            answer = stored = checked.answer or ""
+        if self.finish_guard is None or not request.hook:
+            return FinishVerdict(output=stored)
+        self.checked.append(answer)
+        return FinishVerdict(refusal=self.finish_guard(answer), output=stored)
+
     def _perform(self, effect: object, state: RunState) -> Outcome:
         match effect:
             case LoadTools():
@@ -151,11 +165,7 @@ class Driver:
             case DescribeModel():
                 return ModelDescribed(chain=self.models)
             case CheckFinish(request=request):
-                assert self.finish_guard is not None
-                self.checked.append(str(request.answer))
-                return FinishChecked(
-                    verdict=FinishVerdict(refusal=self.finish_guard(str(request.answer)))
-                )
+                return FinishChecked(verdict=self._check_finish(request))
             case CompactContext(request=request):
                 self.compactions.append(effect)
                 before = state.context.tokens

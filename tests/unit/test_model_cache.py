@@ -95,6 +95,29 @@ def test_caches_are_bounded() -> None:
         segments.get(store, "1" * 64)
 
 
+def test_what_went_unused_is_released() -> None:
+    """A run parked for a person leaves its view and segment here until the worker is idle."""
+    now = [0.0]
+    cache, segments = RenderCache(clock=lambda: now[0]), SegmentCache(clock=lambda: now[0])
+    store = ContentStore(LocalBlobStore(Path("/nonexistent")), cache_entries=0)
+    one = Segment(parent=None, step=0, messages=[Message(role="user")])
+    for head in ("a" * 64, "b" * 64):
+        cache.put(head, BUDGET, RenderedView(chars=1))
+        segments.put(head, one)
+        now[0] += 10
+    assert cache.get("a" * 64, BUDGET) is not None  # used again at 20: newer than "b"
+    assert segments.get(store, "a" * 64) is one
+    now[0] = 25
+    assert not cache.release(60) and not segments.release(60)
+    assert cache.release(10) and segments.release(10)  # "b", last used at 10
+    assert cache.get("b" * 64, BUDGET) is None and cache.get("a" * 64, BUDGET) is not None
+    assert segments.get(store, "a" * 64) is one
+    with pytest.raises(BlobNotFoundError):  # released, and the store has no such blob
+        segments.get(store, "b" * 64)
+    now[0] = 100
+    assert cache.release(10) and cache.get("a" * 64, BUDGET) is None
+
+
 def _reply(request: httpx.Request) -> httpx.Response:
     count = len(json.loads(request.content)["messages"])
     message = {"role": "assistant", "content": f"seen {count}"}
@@ -132,3 +155,23 @@ async def test_each_call_primes_the_next(models: ModelActivities, store: Countin
     request = request.model_copy(update={"step": 6, "conversation": head, "new_messages": new})
     prompt = cold._prepare(request)
     assert [m.content for m in prompt.view.messages][-2:] == ["seen 9", "more 5"]
+
+
+async def test_a_call_after_an_idle_release_reads_its_conversation_again(
+    models: ModelActivities, store: CountingStore
+) -> None:
+    tools = store.store_bytes(b"[]")
+    request = CallModelInput(
+        run_id="r", step=1, profile="default", conversation=None,
+        new_messages=(Message(role="user", content="task"),), tools=tools,
+    )  # fmt: skip
+    first = await models.call_model(request)
+    assert models.release_idle(0) and not models.release_idle(0)  # all of it, once
+    more = (Message(role="user", content="more"),)
+    request = request.model_copy(
+        update={"step": 2, "conversation": first.conversation, "new_messages": more}
+    )
+    store.reads = 0
+    reply = await models.call_model(request)
+    assert store.reads > 0  # read from the store, not the released caches
+    assert reply.message.content == "seen 3"

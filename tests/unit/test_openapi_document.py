@@ -49,7 +49,7 @@ def test_request_fields_with_defaults_are_optional_without_a_default(
 
 def test_every_field_of_an_answer_is_required(doc: dict[str, Any]) -> None:
     schemas = doc["components"]["schemas"]
-    for name in ("RunStatus", "SteerResult", "PendingView", "RunSummary", "Usage", "StepView"):
+    for name in ("RunStatusView", "SteerResult", "PendingView", "RunSummary", "Usage", "StepView"):
         assert set(schemas[name]["required"]) == set(schemas[name]["properties"]), name
 
 

@@ -149,6 +149,22 @@ def test_a_shared_fragment_lives_while_any_message_names_it() -> None:
     assert cache.encoded("f", twin, lambda m: b"never called") is first
 
 
+def test_messages_unused_for_a_while_are_released() -> None:
+    now = [0.0]
+    cache = WireCache(clock=lambda: now[0])
+    old, twin, new = (RenderedMessage(role="user", content=c) for c in ("p", "p", "q"))
+    cache.encoded("f", old, lambda m: m.content.encode())
+    now[0] = 10
+    cache.encoded("f", twin, lambda m: b"never called")  # shares `old`'s fragment
+    cache.encoded("f", new, lambda m: m.content.encode())
+    now[0] = 15
+    assert cache.release(10)  # `old` only: the fragment lives on for `twin`
+    assert len(cache) == 2 and not cache.release(10)
+    assert cache.encoded("f", twin, lambda m: b"never called") == b"p"
+    now[0] = 30
+    assert cache.release(10) and len(cache) == 0
+
+
 def test_splice_body_puts_the_list_first() -> None:
     assert json.loads(splice_body({}, "messages", [b"1", b'"x"'])) == {"messages": [1, "x"]}
     spliced = splice_body({"model": "m", "n": [1]}, "messages", [])

@@ -1,0 +1,75 @@
+"""Typed results: a run's `output_schema` is what `finish` takes, and what its answer is checked
+against. Pure (the worker's `check_finish` activity resolves a large answer, then asks here).
+
+The schema reaches the model as the `answer` parameter of `finish` (so a provider that enforces
+tool schemas enforces it natively); whatever the provider did, the answer is checked here before
+the run may complete, and each failing place is named to the model as a JSON path
+(`$.items[0].price`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from capstan.core import schemas
+
+__all__ = ["CheckedAnswer", "answer_json", "check_answer", "finish_parameters"]
+
+#: where a schema keeps the definitions its `$ref`s point to (`#/$defs/...`)
+_DEFINITIONS = ("$defs", "definitions")
+
+
+def finish_parameters(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """`finish`'s parameters for a typed run: `{"answer": <schema>}`. Definitions move to the
+    top so that the schema's `#/$defs/...` references still point at them."""
+    answer = {k: v for k, v in schema.items() if k not in _DEFINITIONS}
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {"answer": answer},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    for key in _DEFINITIONS:
+        if key in schema:
+            parameters[key] = schema[key]
+    return parameters
+
+
+def answer_json(value: Any) -> str:
+    """The stored form of an answer: its JSON, in the order the model gave it, unescaped."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class CheckedAnswer:
+    """A typed `finish`'s answer as JSON (`answer`, None when it could not be read) and what
+    is wrong with it (`errors`: empty when the schema accepts it)."""
+
+    answer: str | None
+    errors: tuple[str, ...] = ()
+
+
+def check_answer(schema: Mapping[str, Any], arguments: str) -> CheckedAnswer:
+    """Read the `answer` of a typed `finish` call's arguments and check it against `schema`."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return CheckedAnswer(None, (f"the arguments are not valid JSON ({exc.msg})",))
+    if not isinstance(parsed, dict) or "answer" not in parsed:
+        return CheckedAnswer(None, ("the arguments need a field `answer` holding the answer",))
+    answer = parsed["answer"]
+    checked = schemas.check(schema, answer, paths="json")
+    if checked.refused is None and checked.errors and isinstance(answer, str):
+        # a model that sent its answer as a JSON string: accepted when the string is it
+        try:
+            inner = json.loads(answer)
+        except json.JSONDecodeError:
+            inner = None
+        if inner is not None and schemas.check(schema, inner, paths="json") == schemas.Checked():
+            return CheckedAnswer(answer_json(inner))
+    if checked.refused is not None:
+        return CheckedAnswer(answer_json(answer), (f"$: {checked.refused}",))
+    return CheckedAnswer(answer_json(answer), checked.errors)
