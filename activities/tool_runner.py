@@ -89,11 +89,11 @@ class ToolActivities:
     async def list_tools(self, request: ListToolsInput) -> ToolCatalog:
         specs = self.registry.specs(request.allowed)
         if request.output_schema is not None:  # a typed run: `finish` takes its answer's shape
-            typed = output.finish_parameters(request.output_schema)
-            specs = [
-                s.model_copy(update={"parameters": typed}) if s.name == FINISH_TOOL else s
-                for s in specs
-            ]
+            typed = {
+                "parameters": output.finish_parameters(request.output_schema),
+                "strict": output.strict_subset(output.finish_parameters(request.output_schema)),
+            }
+            specs = [s.model_copy(update=typed) if s.name == FINISH_TOOL else s for s in specs]
         listing = await self._mcp_listing(request.allowed)
         specs += listing.specs
         if request.delegates:  # the loop and the workflow handle it (a child run)

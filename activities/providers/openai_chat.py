@@ -94,17 +94,22 @@ def structured_call(text: str, names: set[str], step: int) -> WireToolCall | Non
 
 
 def tool_choice_schema(tools: list[ToolSpec]) -> dict[str, Any]:
-    """A JSON schema whose values are exactly the calls of the offered tools."""
-    return {
-        "oneOf": [
+    """A JSON schema whose values are exactly the calls of the offered tools. The tools'
+    definitions (`$defs`, which a typed `finish` carries) move to the root, where their
+    `#/$defs/...` references point."""
+    definitions: dict[str, Any] = {}
+    choices = []
+    for t in tools:
+        parameters = {k: v for k, v in t.parameters.items() if k != "$defs"}
+        definitions.update(t.parameters.get("$defs", {}))
+        choices.append(
             {
                 "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": t.parameters},
+                "properties": {"name": {"const": t.name}, "arguments": parameters},
                 "required": ["name", "arguments"],
             }
-            for t in tools
-        ]
-    }
+        )
+    return {"oneOf": choices, **({"$defs": definitions} if definitions else {})}
 
 
 def _tool_guide(tools: list[ToolSpec]) -> str:
@@ -193,6 +198,8 @@ class OpenAIChat(HttpAdapter):
                         "name": t.name,
                         "description": t.description,
                         "parameters": t.parameters,
+                        # a typed `finish` whose schema OpenAI's strict mode takes as it is
+                        **({"strict": True} if t.strict else {}),
                     },
                 }
                 for t in tools

@@ -16,7 +16,7 @@ from typing import Any
 
 from capstan.core import schemas
 
-__all__ = ["CheckedAnswer", "answer_json", "check_answer", "finish_parameters"]
+__all__ = ["CheckedAnswer", "answer_json", "check_answer", "finish_parameters", "strict_subset"]
 
 #: where a schema keeps the definitions its `$ref`s point to (`#/$defs/...`)
 _DEFINITIONS = ("$defs", "definitions")
@@ -36,6 +36,44 @@ def finish_parameters(schema: Mapping[str, Any]) -> dict[str, Any]:
         if key in schema:
             parameters[key] = schema[key]
     return parameters
+
+
+#: keywords OpenAI's strict function calling accepts (its structured-outputs subset)
+_STRICT_KEYWORDS = frozenset(
+    {
+        "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+        "anyOf", "$ref", "$defs", "description", "title", "pattern", "format", "minimum",
+        "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minItems",
+        "maxItems", "default",
+    }
+)  # fmt: skip
+
+
+def strict_subset(schema: Mapping[str, Any]) -> bool:
+    """Whether a provider's strict mode can enforce `schema` exactly: every object closed
+    (`additionalProperties: false`) with every property required, and only the keywords of
+    the strict subset. Otherwise the schema is still offered, and checked by the worker."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        if set(node) - _STRICT_KEYWORDS:
+            return False
+        properties = node.get("properties")
+        if isinstance(properties, dict):
+            if node.get("additionalProperties") is not False:
+                return False
+            if set(node.get("required", ())) != set(properties):
+                return False
+            stack.extend(properties.values())
+        for key in ("items", "anyOf", "$defs"):
+            value = node.get(key)
+            stack.extend(value.values() if isinstance(value, dict) and key == "$defs" else [value])
+    return True
 
 
 def answer_json(value: Any) -> str:

@@ -10,7 +10,7 @@ import json
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from capstan.core import schemas
 from capstan.core.content import BlobRef, Text
@@ -273,6 +273,16 @@ class RunSpec(StrictModel):
         if (ref := schemas.outside_ref(schema)) is not None:
             raise ValueError(f"$ref {ref[:200]!r} points outside the schema (never fetched)")
         return schema
+
+    @model_validator(mode="after")
+    def _typed_through_finish(self) -> RunSpec:
+        """A typed answer is given through `finish` (whose parameters carry the schema), so a
+        typed run is in `tool` finish mode: a text reply would end it unchecked."""
+        if self.output_schema is not None and self.finish_mode is FinishMode.TEXT:
+            raise ValueError(
+                "output_schema needs finish_mode 'tool' (the answer is given through `finish`)"
+            )
+        return self
 
     @field_validator("workspace")
     @classmethod

@@ -55,6 +55,9 @@ class ToolSpec(BaseModel):
     untrusted_output: bool = False
     sensitive: bool = False
     origin: ToolOrigin | None = None
+    #: the provider may enforce `parameters` exactly (OpenAI's strict function calling): set on
+    #: a typed run's `finish` when its schema is in the strict subset (`capstan.core.output`)
+    strict: bool = False
 
 
 class ToolInfo(BaseModel):

@@ -13,9 +13,15 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from pydantic import ValidationError
 
-from capstan.core.output import answer_json, check_answer, finish_parameters
+from capstan.core.output import answer_json, check_answer, finish_parameters, strict_subset
 from capstan.core.schemas import check
-from capstan.core.spec import MAX_OUTPUT_SCHEMA_BYTES, GuardPolicy, RunSpec, TerminalReason
+from capstan.core.spec import (
+    MAX_OUTPUT_SCHEMA_BYTES,
+    FinishMode,
+    GuardPolicy,
+    RunSpec,
+    TerminalReason,
+)
 from tests.unit.scripted import Driver, call, reply
 
 INVOICE = {
@@ -164,3 +170,45 @@ def test_what_the_schema_accepts_is_accepted_and_stored_as_given(
     assert checked.errors == (), checked.errors
     assert checked.answer is not None and json.loads(checked.answer) == instance
     assert checked.answer == answer_json(instance)  # byte for byte: nothing reordered
+
+
+def test_a_typed_run_answers_through_finish() -> None:
+    with pytest.raises(ValidationError, match="output_schema needs finish_mode 'tool'"):
+        RunSpec(task="t", output_schema=INVOICE, finish_mode=FinishMode.TEXT)
+
+
+def test_strict_mode_only_for_schemas_it_enforces_exactly() -> None:
+    closed: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer"},
+            "tags": {"type": "array", "items": {"$ref": "#/$defs/t"}},
+        },
+        "required": ["n", "tags"],
+        "additionalProperties": False,
+        "$defs": {"t": {"type": "string", "enum": ["a", "b"]}},
+    }
+    assert strict_subset(finish_parameters(closed))
+    open_object = {**closed, "additionalProperties": True}
+    optional = {**closed, "required": ["n"]}
+    unsupported = {
+        **closed,
+        "properties": {**closed["properties"], "n": {"type": "integer", "not": {}}},
+    }
+    for schema in (open_object, optional, unsupported, INVOICE):
+        assert not strict_subset(finish_parameters(schema))
+
+
+def test_the_local_models_choice_schema_keeps_the_references() -> None:
+    """The bundled model is constrained to the offered calls' schema: a typed finish's
+    `#/$defs/...` references must resolve from that schema's root."""
+    from capstan.activities.providers.openai_chat import tool_choice_schema
+    from capstan.core.tooling import ToolSpec
+
+    finish = ToolSpec(name="finish", description="", parameters=finish_parameters(INVOICE))
+    other = ToolSpec(name="list_dir", description="", parameters={"type": "object"})
+    schema = tool_choice_schema([other, finish])
+    call_ = {"name": "finish", "arguments": {"answer": GOOD}}
+    assert check(schema, call_).errors == ()
+    wrong = {"name": "finish", "arguments": {"answer": BAD}}
+    assert check(schema, wrong).errors != ()
