@@ -150,7 +150,7 @@ class ModelActivities:
 
     def release_idle(self, idle: float) -> bool:
         """Drop the decoded segments, rendered conversations and encoded messages unused for
-        `idle` seconds: a run parked for a person holds ~10 KB in them until it moves, and then
+        `idle` seconds: a run parked for a person holds ~8 KB in them until it moves, and then
         reads, renders and encodes them again (bench/README.md, issue 28). True when any were
         dropped (`capstan.host.memory.release_when_idle`)."""
         caches = (self.segments, self.rendered, wire_cache)  # every one, not up to the first

@@ -97,7 +97,7 @@ class ToolActivities:
         listing = await self._mcp_listing(request.allowed)
         specs += listing.specs
         if request.delegates:  # the loop and the workflow handle it (a child run)
-            specs.append(delegate_spec(request.delegates))
+            specs.append(delegate_spec(request.delegates, request.delegate_outputs))
         data = json.dumps([s.model_dump(mode="json") for s in specs], sort_keys=True)
         ref = await asyncio.to_thread(self.content.store_bytes, data.encode("utf-8"))
         timeouts = {s.name: s.timeout_seconds for s in specs if s.timeout_seconds}

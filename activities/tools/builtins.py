@@ -8,7 +8,9 @@ ever runs it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from capstan.activities.tools.jail import Jail
 from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
@@ -65,11 +67,23 @@ ASK_USER_SPEC = ToolSpec(
 LOOP_TOOL_SPECS = (FINISH_SPEC, ASK_USER_SPEC)
 
 
-def delegate_spec(agents: Sequence[str]) -> ToolSpec:
+#: how much of a child's output schema the parent's `delegate` description shows
+_SCHEMA_SHOWN = 600
+
+
+def delegate_spec(
+    agents: Sequence[str], outputs: Mapping[str, Mapping[str, Any]] | None = None
+) -> ToolSpec:
     """`delegate(agent, task)`, offered to a run that may delegate to `agents`. Handled by the
     loop and the workflow (a child run), never by an activity. `read_only` because the child's
     own calls pass its own gate; `untrusted_output` because its answer may carry what it read
-    (fenced for the model, and counted by the Rule of Two)."""
+    (fenced for the model, and counted by the Rule of Two). `outputs`: the output schemas of
+    the agents that answer with JSON (typed results), which the description states."""
+    typed = "".join(
+        f" The {name} agent answers with JSON matching this schema: "
+        f"{json.dumps(schema, separators=(',', ':'))[:_SCHEMA_SHOWN]}."
+        for name, schema in sorted((outputs or {}).items())
+    )
     return ToolSpec(
         name=DELEGATE_TOOL,
         description=(
@@ -77,7 +91,7 @@ def delegate_spec(agents: Sequence[str]) -> ToolSpec:
             "result (or how and why it stopped). The agent works alone with its own tools and "
             "a share of your remaining budget; it does not see this conversation, so say "
             "everything it needs in the task. Several delegate calls in one reply run in "
-            "parallel."
+            "parallel." + typed
         ),
         parameters={
             "type": "object",

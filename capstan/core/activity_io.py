@@ -36,6 +36,8 @@ class ListToolsInput(BaseModel):
     delegates: tuple[str, ...] = ()
     #: the run's `output_schema`: `finish` is offered taking an answer of this shape
     output_schema: dict[str, Any] | None = None
+    #: the output schemas of the delegates that answer with JSON, which `delegate` states
+    delegate_outputs: dict[str, dict[str, Any]] = {}
 
 
 class CallModelInput(BaseModel):

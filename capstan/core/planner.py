@@ -200,10 +200,13 @@ def _model_request(state: RunState) -> CallModelInput:
 
 def _listing(state: RunState) -> ListToolsInput:
     """The run's tools; `delegate` is offered (by the listing) when the run may delegate."""
+    delegates = delegation.offered(state.spec)
+    outputs = {n: state.spec.delegates[n].output_schema for n in delegates}
     return ListToolsInput(
         allowed=state.spec.allowed_tools,
-        delegates=delegation.offered(state.spec),
+        delegates=delegates,
         output_schema=state.spec.output_schema,
+        delegate_outputs={n: schema for n, schema in outputs.items() if schema is not None},
     )
 
 

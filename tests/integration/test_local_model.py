@@ -110,3 +110,36 @@ async def test_real_model_run_survives_a_killed_worker(
         second.terminate()
         second.wait(timeout=15)
     assert result.terminal_reason is TerminalReason.COMPLETED, result
+
+
+async def test_real_model_returns_a_schema_valid_object(
+    temporal, settings: Settings, served
+) -> None:
+    """A typed run on the bundled model: its calls are constrained by a grammar built from the
+    offered tools' schemas, the typed `finish` among them, so its answer matches the schema
+    (checked again by the worker)."""
+    import httpx
+
+    from capstan.host.config import load_worker_config
+    from capstan.worker import build_worker
+
+    schema = {
+        "type": "object",
+        "properties": {"containers_per_hour": {"type": "integer"}, "unit": {"enum": ["hour"]}},
+        "required": ["containers_per_hour", "unit"],
+        "additionalProperties": False,
+    }
+    settings.workspace_dir.mkdir(parents=True, exist_ok=True)
+    (settings.workspace_dir / "notes.txt").write_text(NOTES)
+    spec = local_spec().model_copy(update={"output_schema": schema})
+    async with (
+        httpx.AsyncClient() as http,
+        build_worker(temporal, load_worker_config(settings, env_for(served)), http),
+    ):
+        client = CapstanClient(temporal, settings)
+        run_id = await client.start_run(RunSpec.model_validate(spec.model_dump()))
+        result = await asyncio.wait_for(client.result(run_id), 600)
+        data = client.output_data(result)
+    assert result.terminal_reason is TerminalReason.COMPLETED, result.error
+    assert result.output_format == "json"
+    assert isinstance(data["containers_per_hour"], int) and data["unit"] == "hour"

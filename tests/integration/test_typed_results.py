@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from capstan.client.agents import AgentsError, resolve_agent
 from capstan.client.typed import OutputTypeError, RunNotCompletedError, schema_of
-from capstan.core.spec import GuardPolicy, TerminalReason
-from capstan.testing.fake_provider import call, say
+from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason
+from capstan.testing.fake_provider import Reply, call, say
 from tests.integration.helpers import run_cli
 from tests.integration.scripted_agent import Agent
 from tests.integration.test_api_helpers import ALICE, api_client, app_for, auth, body_of
@@ -195,3 +195,31 @@ def test_an_agent_definition_names_its_schema_inline_or_by_file(tmp_path: Path) 
     assert resolve_agent(agents, "clerk", "read it").output_schema == schema_of(Invoice)
     counter = resolve_agent(agents, "counter", "count")
     assert counter.output_schema == {"type": "integer", "minimum": 0}
+
+
+async def test_a_typed_child_returns_its_json_and_the_parent_is_told_the_shape(
+    agent: Agent,
+) -> None:
+    lead, clerk = "You lead.", "You read invoices."
+
+    def script(step: int, messages: list[dict[str, Any]]) -> Reply:
+        if messages[0]["content"] == clerk:
+            return say(call("finish", answer=GOOD))
+        if step == 0:
+            return say(call("delegate", agent="clerk", task="read the invoice"))
+        return say(call("finish", answer="filed"))
+
+    child = RunSpec(task="", system_prompt=clerk, output_schema=schema_of(Invoice))
+    spec = agent.spec("file it", system_prompt=lead, delegates={"clerk": child})
+    async with agent.serving(script) as live:
+        run_id = await live.client.start_run(spec)
+        run = await live.finish(run_id)
+    assert run.result.terminal_reason is TerminalReason.COMPLETED
+    parent = [r for r in run.requests if r["messages"][0]["content"] == lead]
+    delegate = next(t for t in parent[0]["tools"] if t["function"]["name"] == "delegate")
+    assert (
+        "The clerk agent answers with JSON matching this schema"
+        in (delegate["function"]["description"])
+    )
+    observed = next(m for m in parent[1]["messages"] if m["role"] == "tool")["content"]
+    assert json.dumps(GOOD, separators=(",", ":")) in observed  # fenced, as any child's answer
