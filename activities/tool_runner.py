@@ -233,8 +233,12 @@ class ToolActivities:
     async def _context(self, request: RunToolInput) -> ToolContext:
         """What the tool may know of its call, in the run's own workspace."""
         try:
-            workspace = await asyncio.to_thread(
-                run_workspace, self.workspace, request.workspace, self.workspace_owner
+            where = (self.workspace, request.workspace, self.workspace_owner)
+            # the root opens nothing: no thread hop for it (bench/active_runs.py)
+            workspace = (
+                run_workspace(*where)
+                if request.workspace is None
+                else await asyncio.to_thread(run_workspace, *where)
             )
         except OSError as exc:  # no host path in the text the model sees
             raise WorkspaceError(f"the run's workspace is not available ({exc.strerror})") from None
