@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from capstan.client.agents import AgentsError, resolve_agent
+from capstan.client.threads import Threads
 from capstan.client.typed import OutputTypeError, RunNotCompletedError, schema_of
 from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason
 from capstan.testing.fake_provider import Reply, call, say
@@ -223,3 +224,18 @@ async def test_a_typed_child_returns_its_json_and_the_parent_is_told_the_shape(
     )
     observed = next(m for m in parent[1]["messages"] if m["role"] == "tool")["content"]
     assert json.dumps(GOOD, separators=(",", ":")) in observed  # fenced, as any child's answer
+
+
+async def test_each_run_of_a_thread_has_its_own_schema(agent: Agent) -> None:
+    """A thread's runs go on from each other's conversation; each is typed by its own spec
+    (a run started without one takes the previous run's, as it takes its agent and tools)."""
+    script = [say(call("finish", answer=GOOD)), say(call("finish", answer="noted"))]
+    async with agent.serving(script) as live:
+        threads = Threads(live.client)
+        typed = agent.spec("read it", output_schema=schema_of(Invoice))
+        first = await threads.send("books", "read it", typed)
+        one = await live.client.result(first.run_id)
+        second = await threads.send("books", "note it", agent.spec("note it"))
+        two = await live.client.result(second.run_id)
+    assert one.output_format == "json" and two.output_format == "text"
+    assert two.output == "noted" and two.terminal_reason is TerminalReason.COMPLETED
