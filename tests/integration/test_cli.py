@@ -33,6 +33,7 @@ async def test_run_wait_json_status_and_ls(agent: Agent, settings: Settings) -> 
         *("run_id", "terminal_reason", "output", "error", "steps", "usage"),
         *("conversation", "tail", "context_tokens"),  # where a thread's next run goes on from
         "diagnostics",  # what `status` of the closed run shows, with no worker asked
+        "output_format",  # `json`: a typed result, `output` is its JSON value
     }
     assert json.loads(status.stdout)["phase"] == "finished"
     assert "call    list_dir({})" in transcript.stdout
