@@ -51,6 +51,7 @@ from capstan.audit.follow import HistoryFollower
 from capstan.audit.history import Entry
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.watch import watch_live
+from capstan.core.spec import RunResult
 from capstan.runtime.codec import CodecError
 
 __all__ = ["ChainEvents", "IncludeQuery", "StreamExtra", "run_stream", "sse"]
@@ -75,14 +76,16 @@ IncludeQuery = Annotated[
 _MODEL_KINDS = frozenset({"step_started", "model_replied", "model_failed", "run_ended"})
 
 
-async def _answer(client: CapstanClient, run_id: str) -> dict[str, Any]:
-    """The closed run's answer for the `end` event (nothing for a run that left no result: it
-    was terminated, or its history cannot be read here)."""
+async def _answer(client: CapstanClient, run_id: str, execution: str) -> dict[str, Any]:
+    """The answer of the execution that closed the chain, for the `end` event (never a later
+    run's: a thread's next run has the same id). Nothing for a run that left no result (it was
+    terminated) or whose answer this server cannot read: the events said how it ended."""
+    handle = client.client.get_workflow_handle(run_id, run_id=execution, result_type=RunResult)
     try:
-        result = await asyncio.wait_for(client.handle(run_id).result(follow_runs=False), 10)
-    except (WorkflowFailureError, RPCError, TimeoutError, CapstanError):
-        return {}  # no result to show: the events said how it ended
-    return {"output_format": result.output_format, "output": client.output_data(result)}
+        result = await asyncio.wait_for(handle.result(follow_runs=False), 10)
+        return {"output_format": result.output_format, "output": client.output_data(result)}
+    except (WorkflowFailureError, RPCError, TimeoutError, CapstanError, ValueError):
+        return {}
 
 
 def sse(data: Any, event: str | None = None, event_id: int | None = None) -> str:
@@ -201,7 +204,7 @@ async def run_stream(
         if follower.closed:
             ending = next((e.summary for e in chain.current if e.kind == "run_ended"), None)
             end = {"run_id": run_id, "terminal_reason": ending, "next": next_seq}
-            yield sse({**end, **await _answer(client, run_id)}, "end")
+            yield sse({**end, **await _answer(client, run_id, follower.run_id)}, "end")
             return
         if not grew:
             yield ": keep-alive\n\n"

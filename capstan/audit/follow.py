@@ -60,6 +60,11 @@ class HistoryFollower:
             and last.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
         )
 
+    @property
+    def run_id(self) -> str:
+        """The execution being followed (the chain's last one, once `closed`)."""
+        return self._run_id
+
     async def poll(self, wait: float) -> bool:
         """Wait up to `wait` seconds for new events; True when some arrived."""
         if self.closed:

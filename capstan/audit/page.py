@@ -37,6 +37,15 @@ _LEGEND = (
 )
 
 
+def _json_answer(output: Any) -> str:
+    """A typed answer indented; as it is when it cannot be read (its blob is missing: the
+    verification says so)."""
+    try:
+        return pretty_json(json.loads(str(output or "null")))
+    except ValueError:
+        return str(output)
+
+
 def _fact(key: str, value: str) -> str:
     return f"<div class=fact><span class=k>{esc(key)}</span><span class=v>{value}</span></div>"
 
@@ -77,13 +86,13 @@ def _overview(r: Review) -> str:
         ("Temporal runs", " ".join(f"<code>{esc(t)}</code>" for t in r.temporal_runs)),
     ]
     if ended.get("output_format") == "json":
-        answer = pretty_json(json.loads(str(ended.get("output") or "null")))
-        rows.append(("Answer (JSON)", f"<pre>{esc(answer[:4000])}</pre>"))
-    elif ended.get("output") or ended.get("error"):
-        label, text = (
-            ("Answer", ended["output"]) if ended.get("output") else ("Error", ended["error"])
+        rows.append(
+            ("Answer (JSON)", f"<pre>{esc(_json_answer(ended.get('output'))[:4000])}</pre>")
         )
-        rows.append((label, f"<pre>{esc(str(text)[:4000])}</pre>"))
+    elif ended.get("output"):
+        rows.append(("Answer", f"<pre>{esc(str(ended['output'])[:4000])}</pre>"))
+    if ended.get("error"):  # also beside an answer (`output_invalid`: the last answer, refused)
+        rows.append(("Error", f"<pre>{esc(str(ended['error'])[:4000])}</pre>"))
     schema = (r.spec or {}).get("output_schema")
     if schema:
         rows.append(("Output schema", f"<pre>{esc(pretty_json(schema)[:4000])}</pre>"))

@@ -60,14 +60,16 @@ def build_parser(command: str | None = None, *, every: bool = False) -> argparse
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    # with no command named, a parser of help lines only: `--help`, `--version` and a mistyped
-    # command import nothing else
-    args = build_parser(_command_in(argv)).parse_args(argv)
-    if args.command == "worker":
+    command = _command_in(argv)
+    if command == "worker":
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s %(message)s")
     else:  # a command's warnings read like its errors: one line, `capstan: ...`
         logging.basicConfig(level=logging.WARNING, format="capstan: %(message)s")
     try:
+        # with no command named, a parser of help lines only: `--help`, `--version` and a
+        # mistyped command import nothing else (a command's module that cannot be imported
+        # is one line below, as any other error)
+        args = build_parser(command).parse_args(argv)
         import asyncio
 
         from capstan.runtime.config import Settings

@@ -45,7 +45,7 @@ from capstan.client.typed import (
 from capstan.core import privilege
 from capstan.core.activity_table import ActivityName
 from capstan.core.children import ChildRun
-from capstan.core.errors import CapstanError, SteeringError
+from capstan.core.errors import CapstanError, SteeringError, StoreError
 from capstan.core.inputs import size_problem
 from capstan.core.limits import INPUT_TEXT_BYTES
 from capstan.core.spec import RunResult, RunSpec, RunStatus
@@ -207,9 +207,14 @@ class CapstanClient:
         return typed_output(result, text, output_type)
 
     def status_view(self, status: RunStatus) -> RunStatusView:
-        """`status` with its output as data (`RunStatusView`)."""
+        """`status` with its output as data (`RunStatusView`); an output this client cannot
+        read (its blob missing, its key not here) stays the ref it is."""
         shown = status.model_dump(exclude={"output"})
-        return RunStatusView(**shown, output=self.output_data(status))
+        try:
+            output = self.output_data(status)
+        except (StoreError, ValueError):
+            output = status.model_dump(mode="json")["output"]
+        return RunStatusView(**shown, output=output)
 
     def output_data(self, result: RunResult | RunStatus) -> Any:
         """The output as data: a typed result's JSON parsed, else its text (None: no output)."""

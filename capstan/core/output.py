@@ -16,10 +16,58 @@ from typing import Any
 
 from capstan.core import schemas
 
-__all__ = ["CheckedAnswer", "answer_json", "check_answer", "finish_parameters", "strict_subset"]
+__all__ = [
+    "MAX_ANSWER_CHARS",
+    "CheckedAnswer",
+    "answer_json",
+    "check_answer",
+    "finish_parameters",
+    "schema_problem",
+    "strict_subset",
+]
 
 #: where a schema keeps the definitions its `$ref`s point to (`#/$defs/...`)
 _DEFINITIONS = ("$defs", "definitions")
+#: the largest answer (the `finish` arguments' JSON) the worker checks: a bound on its work
+MAX_ANSWER_CHARS = 4_000_000
+#: keywords that move references' base or resolve them dynamically: refused in an output
+#: schema, whose references must still resolve once it sits under `finish`'s `answer`
+_MOVING = ("$id", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef")
+
+
+def schema_problem(schema: Mapping[str, Any]) -> str | None:
+    """Why an output schema cannot be offered under `finish` and checked (one line), beyond
+    `capstan.core.schemas.schema_problem`: every `$ref` names one of its top-level
+    definitions (`#/$defs/NAME`, `#/definitions/NAME`), which move with it; none points into
+    the schema elsewhere (`#`, `#/properties/...`), outside it, or at nothing."""
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        moving = [k for k in _MOVING if k in node]
+        if moving:
+            return f"{moving[0]} is not supported in an output schema"
+        ref = node.get("$ref")
+        if isinstance(ref, str) and (problem := _ref_problem(schema, ref)) is not None:
+            return problem
+        stack.extend(node.values())
+    return None
+
+
+def _ref_problem(schema: Mapping[str, Any], ref: str) -> str | None:
+    parts = ref.split("/")
+    shown = repr(ref[:200])
+    if len(parts) != 3 or parts[0] != "#" or parts[1] not in _DEFINITIONS or not parts[2]:
+        return f"$ref {shown} must name one of the schema's definitions (#/$defs/NAME)"
+    name = parts[2].replace("~1", "/").replace("~0", "~")
+    definitions = schema.get(parts[1])
+    if not isinstance(definitions, dict) or name not in definitions:
+        return f"$ref {shown} names no definition of the schema"
+    return None
 
 
 def finish_parameters(schema: Mapping[str, Any]) -> dict[str, Any]:
@@ -64,8 +112,9 @@ def strict_subset(schema: Mapping[str, Any]) -> bool:
         if set(node) - _STRICT_KEYWORDS:
             return False
         properties = node.get("properties")
-        if isinstance(properties, dict):
-            if node.get("additionalProperties") is not False:
+        if node.get("type") == "object" or properties is not None:
+            # every object closed, each of its properties required: strict mode's rules
+            if node.get("additionalProperties") is not False or not isinstance(properties, dict):
                 return False
             if set(node.get("required", ())) != set(properties):
                 return False
@@ -92,6 +141,16 @@ class CheckedAnswer:
 
 def check_answer(schema: Mapping[str, Any], arguments: str) -> CheckedAnswer:
     """Read the `answer` of a typed `finish` call's arguments and check it against `schema`."""
+    if len(arguments) > MAX_ANSWER_CHARS:
+        size = f"{len(arguments):,} characters (at most {MAX_ANSWER_CHARS:,})"
+        return CheckedAnswer(None, (f"the answer is too large to check: {size}",))
+    try:
+        return _checked(schema, arguments)
+    except RecursionError:  # nested deeper than Python parses or writes JSON
+        return CheckedAnswer(None, ("the answer nests too deeply",))
+
+
+def _checked(schema: Mapping[str, Any], arguments: str) -> CheckedAnswer:
     try:
         parsed = json.loads(arguments or "{}")
     except json.JSONDecodeError as exc:

@@ -93,7 +93,11 @@ def _plan(
     if state.steering.cancel_reason is not None:
         return Ending(reason=TerminalReason.CANCELLED, error=state.steering.cancel_reason)
     spent = budgets.exhausted(state, before_model_call=False)
-    if spent is not None and (spent[0] == "wall_seconds" or state.phase == "thinking"):
+    # a typed run's answer already given is checked first: the reply that spent the budget may
+    # be a valid answer (untyped runs keep their recorded order: a finish hook's check after)
+    typed_answer = state.guards.finish_pending is not None and state.spec.output_schema
+    spending = spent is not None and (spent[0] == "wall_seconds" or state.phase == "thinking")
+    if spent is not None and spending and not typed_answer:
         return _budget_spent(state, spent)
     if state.steering.paused:
         return AwaitInput(waiting_for=("resume",), until=budgets.deadline(state))

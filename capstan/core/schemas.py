@@ -25,6 +25,7 @@ never any IO, never a clock; the caches only save work.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -41,7 +42,6 @@ __all__ = [
     "Checked",
     "check",
     "json_path",
-    "outside_ref",
     "schema_problem",
 ]
 
@@ -51,6 +51,7 @@ MAX_SCHEMA_DEPTH = 64
 #: fewer against any schema a tool would really declare
 MAX_STEPS = 20_000
 _SHOWN_ERRORS = 5
+_COLLECTED_ERRORS = 50
 _CACHE = 256
 
 
@@ -75,21 +76,6 @@ class Checked:
     errors: tuple[str, ...] = ()
 
 
-def outside_ref(schema: Mapping[str, Any]) -> str | None:
-    """The first `$ref` that points outside the schema (it would never be fetched), or None."""
-    stack: list[object] = [schema]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            ref = value.get("$ref")
-            if isinstance(ref, str) and not ref.startswith("#"):
-                return ref
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return None
-
-
 def json_path(path: Iterable[str | int]) -> str:
     """`$.items[0].price`: where in a JSON value an error is (an answer's, for the model)."""
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
@@ -108,9 +94,9 @@ def check(
 
     token = engine.STEPS.set(engine.Steps(MAX_STEPS))
     try:
-        errors = sorted(
-            built.validator.iter_errors(value), key=lambda e: (list(e.absolute_path), e.message)
-        )
+        # the first few in jsonschema's (stable) order: never every error of a huge value
+        found = itertools.islice(built.validator.iter_errors(value), _COLLECTED_ERRORS)
+        errors = sorted(found, key=lambda e: (list(e.absolute_path), e.message))
     except engine.TooMuchWorkError:
         return Checked(refused=f"its schema takes more than {MAX_STEPS} steps to check")
     except engine.Unresolvable as exc:

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from capstan.core import schemas
+from capstan.core import output, schemas
 from capstan.core.content import BlobRef, Text
 from capstan.core.messages import Message, Usage
 from capstan.core.patterns import Pattern
@@ -270,8 +270,9 @@ class RunSpec(StrictModel):
         problem = schemas.schema_problem(schema)
         if problem is not None:
             raise ValueError(problem)
-        if (ref := schemas.outside_ref(schema)) is not None:
-            raise ValueError(f"$ref {ref[:200]!r} points outside the schema (never fetched)")
+        problem = output.schema_problem(schema)
+        if problem is not None:
+            raise ValueError(problem)
         return schema
 
     @model_validator(mode="after")

@@ -141,7 +141,9 @@ def _invalid_output(
         )
         return guards, Ending(TerminalReason.OUTPUT_INVALID, error=error, output=verdict.output)
     error = nudges.output_invalid(verdict.invalid, state.spec.guards.output_attempts - count)
-    refused = ToolFailed(call_id=call.id, failure="invalid_arguments", error=error)
+    # `not_run`, not `invalid_arguments`: the argument-errors breaker would end the run before
+    # `output_attempts` when that is set above its threshold; this bound is the one that applies
+    refused = ToolFailed(call_id=call.id, failure="not_run", error=error)
     return guards, Act(turn=Turn(calls=(call,), decided=(refused,)))
 
 

@@ -5,6 +5,7 @@ whatever the schema accepts is stored as the same JSON value."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -13,10 +14,18 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 from pydantic import ValidationError
 
-from capstan.core.output import answer_json, check_answer, finish_parameters, strict_subset
+from capstan.core.models import ModelChain, ModelInfo
+from capstan.core.output import (
+    MAX_ANSWER_CHARS,
+    answer_json,
+    check_answer,
+    finish_parameters,
+    strict_subset,
+)
 from capstan.core.schemas import check
 from capstan.core.spec import (
     MAX_OUTPUT_SCHEMA_BYTES,
+    Budgets,
     FinishMode,
     GuardPolicy,
     RunSpec,
@@ -45,7 +54,7 @@ BAD = {"number": "1", "items": [{"sku": "a", "quantity": "two"}], "extra": True}
 
 
 def typed(**fields: Any) -> RunSpec:
-    return RunSpec(task="invoice", max_steps=6, output_schema=INVOICE, **fields)
+    return RunSpec(**{"task": "invoice", "max_steps": 6, "output_schema": INVOICE, **fields})
 
 
 def test_finish_takes_the_schema_with_its_definitions_at_the_top() -> None:
@@ -212,3 +221,67 @@ def test_the_local_models_choice_schema_keeps_the_references() -> None:
     assert check(schema, call_).errors == ()
     wrong = {"name": "finish", "arguments": {"answer": BAD}}
     assert check(schema, wrong).errors != ()
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        ({"type": "object", "properties": {"child": {"$ref": "#"}}}, "must name one"),
+        ({"properties": {"a": {"type": "string"}, "b": {"$ref": "#/properties/a"}}}, "must name"),
+        ({"$ref": "#/$defs/missing", "$defs": {}}, "names no definition"),
+        ({"$id": "https://example.com/s", "type": "object"}, "$id is not supported"),
+        ({"$dynamicRef": "#meta"}, "$dynamicRef is not supported"),
+    ],
+)
+def test_references_must_survive_the_move_under_finish(
+    schema: dict[str, Any], problem: str
+) -> None:
+    """The schema sits under `finish`'s `answer`: only references to its own definitions
+    (which move with it) still point where they did."""
+    with pytest.raises(ValidationError, match=re.escape(problem)):
+        RunSpec(task="t", output_schema=schema)
+
+
+def test_more_attempts_than_the_argument_breaker_allows_are_honoured() -> None:
+    answers = [{**BAD, "number": str(i)} for i in range(5)]  # not the same call: that breaks
+    d = Driver([reply("", call("finish", answer=a)) for a in answers])
+    result, _ = d.run(typed(max_steps=8, guards=GuardPolicy(output_attempts=5)))
+    assert result.terminal_reason is TerminalReason.OUTPUT_INVALID, result.error
+    assert result.usage.model_calls == 5
+
+
+def test_a_valid_answer_that_spends_the_budget_still_completes() -> None:
+    small = ModelInfo(
+        profile="default", provider="openai", model="m", context_window=100_000, max_output_tokens=2
+    )
+    d = Driver([reply("", call("finish", answer=GOOD))], models=ModelChain(models=(small,)))
+    # the call may spend 2 of 3 output tokens; the reply spends 5
+    result, _ = d.run(typed(budgets=Budgets(max_output_tokens=3)))
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert result.output_format == "json"
+
+
+def test_checking_costs_what_the_data_costs_and_stays_bounded() -> None:
+    many = list(range(10_000))
+    assert check({"type": "array", "uniqueItems": True}, many).errors == ()  # linear
+    assert check({"type": "array", "uniqueItems": True}, [1, 1.0]).errors != ()
+    assert check({"type": "array", "uniqueItems": True}, [1, True]).errors == ()
+    big_enum = {"type": "array", "items": {"enum": list(range(9_000))}}
+    assert check(big_enum, list(range(6_000))).refused is not None  # 54M comparisons: refused
+    (error,) = check({"type": "integer"}, "x" * 1_000_000).errors
+    assert len(error) < 400  # jsonschema repeats the value; the message is cut
+
+
+def test_an_answer_too_deep_or_too_large_is_an_error_not_a_crash() -> None:
+    deep = '{"answer": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert check_answer({"type": "array"}, deep).errors == ("the answer nests too deeply",)
+    huge = json.dumps({"answer": "x" * (MAX_ANSWER_CHARS + 1)})
+    assert "too large" in check_answer({"type": "string"}, huge).errors[0]
+
+
+def test_strict_mode_needs_every_object_closed() -> None:
+    for schema in (
+        {"type": "object"},
+        {"type": "object", "additionalProperties": {"type": "integer"}},
+    ):
+        assert not strict_subset(finish_parameters(schema))
