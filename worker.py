@@ -34,7 +34,7 @@ from capstan.activities.tools.mcp import McpTools
 from capstan.core.errors import CapstanError
 from capstan.host.config import WorkerConfig, load_worker_config
 from capstan.host.health import Health, blob_check, serve_health, temporal_check
-from capstan.host.memory import release_when_idle, tune_malloc
+from capstan.host.memory import Releaser, release_when_idle, tune_malloc
 from capstan.host.run_cache import RunCache
 from capstan.host.runner import tracing_interceptors, workflow_runner
 from capstan.host.sdk_shortcuts import install as install_sdk_shortcuts
@@ -59,6 +59,7 @@ def build_worker(
     extra_workflows: Sequence[type] = (),
     tracer_provider: TracerProvider | None = None,
     run_cache: RunCache | None = None,
+    releasers: list[Releaser] | None = None,
     **worker_options: object,
 ) -> Worker:
     """A worker with the agent workflow and every activity, dependencies injected from
@@ -67,7 +68,9 @@ def build_worker(
     Tracing: Temporal's replay-safe interceptor plus model and tool spans, on `tracer_provider`
     (default: the global one, which `configure_from_env` sets from `OTEL_*`). With a
     `run_cache`, every run the worker creates reports to it, and it can evict the worker's idle
-    runs (`capstan.host.run_cache`); call from the event loop that will run the worker.
+    runs (`capstan.host.run_cache`); call from the event loop that will run the worker. With
+    `releasers`, what gives back memory the worker's activities have not used (the model
+    calls' caches) is appended to it, for `capstan.host.memory.release_when_idle`.
     """
     settings, env = config.settings, config.env
     telemetry = Instruments(tracer_provider)
@@ -82,6 +85,8 @@ def build_worker(
         workspace=settings.workspace_dir,
         local_choices=settings.local_choices,
     )
+    if releasers is not None:
+        releasers.append(models.release_idle)
     compaction = CompactionActivities(content, models, http, count_tokens)
     notify = NotifyActivities(config.hooks, env, content, settings.inbox_url)
     mcp = McpTools(config.mcp, env, content) if config.mcp.servers else None
@@ -166,10 +171,18 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
         ):
             grace = timedelta(seconds=settings.shutdown_grace)
             runs = RunCache()
+            releasers: list[Releaser] = []  # the activities' (the model calls' caches)
             worker = build_worker(
-                client, config, http, run_cache=runs, graceful_shutdown_timeout=grace
+                client,
+                config,
+                http,
+                run_cache=runs,
+                releasers=releasers,
+                graceful_shutdown_timeout=grace,
             )
-            await _poll_until(stop, worker, client, settings, health, runs=runs)
+            await _poll_until(
+                stop, worker, client, settings, health, runs=runs, releasers=releasers
+            )
 
 
 async def _poll_until(
@@ -180,6 +193,7 @@ async def _poll_until(
     health: Health,
     *,
     runs: RunCache,
+    releasers: Sequence[Releaser] = (),
 ) -> None:
     """Poll until `stop`; then drain: not ready at once, no new tasks, and the activities
     already running get `CAPSTAN_SHUTDOWN_GRACE` seconds to finish and report before the
@@ -193,7 +207,7 @@ async def _poll_until(
             }
         )
         log.info("worker polling task queue %r", settings.task_queue)
-        releasing = _release_idle_memory(settings.idle_release, runs)
+        releasing = _release_idle_memory(settings.idle_release, runs, releasers)
         try:
             await stop.wait()
         finally:
@@ -204,13 +218,17 @@ async def _poll_until(
     log.info("worker stopped")
 
 
-def _release_idle_memory(idle: float, runs: RunCache) -> asyncio.Task[None] | None:
+def _release_idle_memory(
+    idle: float, runs: RunCache, more: Sequence[Releaser] = ()
+) -> asyncio.Task[None] | None:
     """Give back what the worker has not used for `idle` seconds (`CAPSTAN_IDLE_RELEASE`; 0:
-    never): the token encoder, loaded again by the next count that needs it, and the cached
-    state of runs that have not moved, replayed from history when they next do."""
+    never): the token encoder, loaded again by the next count that needs it, the cached state
+    of runs that have not moved, replayed from history when they next do, and what the model
+    calls cached for them (`more`), rendered again when they next call."""
     if idle <= 0:
         return None
-    return asyncio.create_task(release_when_idle([release_if_idle, runs.release], idle))
+    releasers: list[Releaser] = [release_if_idle, runs.release, *more]
+    return asyncio.create_task(release_when_idle(releasers, idle))
 
 
 def _polling(worker: Worker) -> Callable[[], Awaitable[None]]:
