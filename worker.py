@@ -158,6 +158,9 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
     """Run a worker until `stop` is set (or forever)."""
     stop = stop or asyncio.Event()
     tune_malloc(os.environ)  # before the Temporal runtime starts its threads
+    # httpx logs every request at INFO: a line per model call, which the worker logs itself
+    # ("model replied"), and a measurable share of the event loop at 100 active runs
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     # every setting that can be wrong is checked before a server is started or dialled
     config = load_worker_config(settings, os.environ, at_start=True)
     configure_from_env()

@@ -131,7 +131,8 @@ class ToolActivities:
         answer = await asyncio.to_thread(self.content.resolve, request.answer)
         stored: Text | None = None
         if request.output_schema is not None:
-            checked = output.check_answer(request.output_schema, answer)
+            # bounded work (capstan.core.output), still off the event loop: heartbeats go on
+            checked = await asyncio.to_thread(output.check_answer, request.output_schema, answer)
             if checked.answer is not None:
                 stored = await asyncio.to_thread(self.content.store_text, checked.answer)
             if checked.errors:
