@@ -47,7 +47,7 @@ async def test_a_wrong_answer_is_refused_by_path_then_the_right_one_completes(
     spec = agent.spec(output_schema=schema_of(Invoice))
     async with agent.serving(script) as live:
         run_id = await live.client.start_run(spec)
-        run = await live.finish(run_id)
+        run = await live.finish(run_id, history="typed_refused_then_valid")
         invoice = await live.client.result(run_id, output_type=Invoice)
     assert run.result.terminal_reason is TerminalReason.COMPLETED
     assert run.result.output_format == "json" and run.status.output_format == "json"
