@@ -111,6 +111,7 @@ class Parsers:
     ) -> None:
         self._sub = sub
         self._only = only
+        self._full: set[str] = set()  # the commands this build attached in full
 
     def add(self, name: str, fn: Command) -> argparse.ArgumentParser:
         """The parser of command `name` (its help from `COMMANDS`), running `fn`."""
@@ -119,11 +120,12 @@ class Parsers:
             return argparse.ArgumentParser(prog=f"capstan {name}", add_help=False)
         p = self._sub.add_parser(name, help=text, description=text)
         p.set_defaults(fn=fn)
+        self._full.add(name)
         return p
 
     def built(self, name: str) -> argparse.ArgumentParser | None:
-        """The attached parser of `name`, if this build has it."""
-        return self._sub.choices.get(name)
+        """The parser of `name`, if this build attached it in full (never a help-line stub)."""
+        return self._sub.choices.get(name) if name in self._full else None
 
     def replace(self, name: str, parser: argparse.ArgumentParser) -> None:
         """Attach `parser` as command `name` in place of the one built before."""

@@ -89,3 +89,13 @@ def test_a_command_imports_neither_another_commands_module_nor_jsonschema() -> N
     assert not loaded & others
     # tool schemas are validated by workers; a client command never loads jsonschema
     assert not {m for m in loaded if m.startswith(("jsonschema", "referencing"))}
+
+
+def test_a_module_refines_only_what_this_build_made_in_full() -> None:
+    """`thread` refines `send` when `send` is built; when `thread` alone is, `send` stays the
+    help line it was (not a parser with nothing to run)."""
+    choices, _ = _commands(build_parser("thread"))
+    assert choices["send"].get_default("fn") is None
+    assert choices["send"].format_usage().split() == ["usage:", "capstan", "send", "[-h]"]
+    choices, _ = _commands(build_parser("send"))
+    assert choices["send"].get_default("fn") is not None
