@@ -27,6 +27,7 @@ from temporalio.worker import Worker
 
 from capstan.activities.compaction import CompactionActivities
 from capstan.activities.model import ModelActivities
+from capstan.activities.model_queues import ModelQueues
 from capstan.activities.notify_request import NotifyActivities
 from capstan.activities.tokens import count_tokens, release_if_idle
 from capstan.activities.tool_runner import ToolActivities
@@ -84,6 +85,7 @@ def build_worker(
         telemetry=telemetry,
         workspace=settings.workspace_dir,
         local_choices=settings.local_choices,
+        limited=config.limits,
     )
     if releasers is not None:
         releasers.append(models.release_idle)
@@ -101,6 +103,12 @@ def build_worker(
         notify=config.hooks.kinds(),
         sandbox_ceiling=settings.sandbox_ceiling,
     )
+    # the limited profiles' model calls, on queues the server paces for the fleet
+    paced = (
+        [ModelQueues(config.limits, [models.call_model, compaction.compact_context], models.paced)]
+        if config.limits
+        else []
+    )
     runner = workflow_runner(settings)
     options: dict[str, object] = {
         # a run whose worker died moves to another worker's queue after this long (recovery)
@@ -117,7 +125,7 @@ def build_worker(
         "activity_executor": ThreadPoolExecutor(4),
         # MCP sessions (stdio server processes) live as long as the worker; webhook deliveries
         # run beside it on their own task queue and slots (capstan.activities.deliveries)
-        "plugins": [notify.plugin(), *([mcp.plugin()] if mcp is not None else [])],
+        "plugins": [notify.plugin(), *([mcp.plugin()] if mcp is not None else []), *paced],
     }
     options.update(worker_options)
     worker = Worker(

@@ -17,7 +17,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -28,6 +28,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from capstan.activities.heartbeat import with_heartbeat
+from capstan.activities.model_queues import Governor
 from capstan.activities.providers.anthropic import AnthropicMessages
 from capstan.activities.providers.base import ChatAdapter, ProviderReply, RenderedMessage
 from capstan.activities.providers.local_choices import narrow_for_call
@@ -130,8 +131,15 @@ class ModelActivities:
         *,
         workspace: Path | None = None,
         local_choices: Literal["paths", "lines", "off"] = "paths",
+        limited: Collection[str] = (),
     ) -> None:
         self.telemetry = telemetry or Instruments()
+        # the profiles whose calls this worker serves on queues of their own (`[limits.NAME]`,
+        # `capstan.activities.model_queues`): fixed at start, as the queues it polls are
+        self.limited = frozenset(limited)
+        #: told of a provider's pushback (429) on one of those profiles, with its Retry-After,
+        #: to slow the whole fleet (`capstan.activities.model_queues.Governor`)
+        self.on_pushback: Callable[[str, float | None], None] | None = None
         # the `local` provider's argument choices list it (activities/providers/local_choices)
         self.workspace = workspace
         self.local_choices = local_choices
@@ -155,6 +163,19 @@ class ModelActivities:
         dropped (`capstan.host.memory.release_when_idle`)."""
         caches = (self.segments, self.rendered, wire_cache)  # every one, not up to the first
         return any([cache.release(idle) for cache in caches])
+
+    def paced(self, governor: Governor) -> None:
+        """Report pushback on the limited profiles to `governor` (`ModelQueues` calls this
+        when it starts serving their queues)."""
+        self.on_pushback = governor.pushback
+
+    def _pushed_back(self, profile: str, exc: ApplicationError) -> None:
+        """Tell the fleet's governor that the provider of a limited profile pushed back."""
+        if exc.type != ModelErrorKind.RATE_LIMITED or self.on_pushback is None:
+            return
+        if profile in self.limited:
+            delay = exc.next_retry_delay.total_seconds() if exc.next_retry_delay else None
+            self.on_pushback(profile, delay)
 
     def _table(self) -> dict[str, ProfileTable]:
         # checked on each call (one stat), so an edited profiles file applies without a restart
@@ -209,7 +230,9 @@ class ModelActivities:
     @activity.defn(name=ActivityName.DESCRIBE_MODEL.value)
     async def describe_model(self, request: DescribeModelInput) -> ModelChain:
         try:
-            return model_chain(request.profile, self.env, self._table(), self.settings)
+            return model_chain(
+                request.profile, self.env, self._table(), self.settings, self.limited
+            )
         except ProfileError as exc:
             raise ApplicationError(
                 str(exc), type=ModelErrorKind.CONFIG_ERROR, non_retryable=True
@@ -238,7 +261,11 @@ class ModelActivities:
                 "capstan.attempt": attempt,
             },
         ) as span:
-            reply = await self.ask(profile, rendered, tools, request.step, progress)
+            try:
+                reply = await self.ask(profile, rendered, tools, request.step, progress)
+            except ApplicationError as exc:
+                self._pushed_back(profile.name, exc)
+                raise
             span.set_attributes(
                 {
                     "gen_ai.response.model": reply.model,

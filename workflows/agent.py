@@ -59,9 +59,11 @@ with workflow.unsafe.imports_passed_through():
         ToolsFinished,
     )
     from capstan.core.limits import HistoryGauge
+    from capstan.core.model_errors import ModelErrorKind
+    from capstan.core.models import model_queue
     from capstan.core.patches import Patch
     from capstan.core.planner import model_description
-    from capstan.core.spec import STATUS_DIAGNOSTICS, RunResult, RunStatus, TerminalReason
+    from capstan.core.spec import CAPACITY, STATUS_DIAGNOSTICS, RunResult, RunStatus, TerminalReason
     from capstan.core.state import RunState
     from capstan.core.steering import (
         STEER,
@@ -91,6 +93,12 @@ from capstan.workflows.webhook_starts import announced_before, notify_opened
 
 __all__ = ["AgentWorkflow", "input_of"]
 
+#: how long a model call the provider refused through all its retries waits to be called again
+CAPACITY_WAIT = timedelta(seconds=30)
+
+#: the activities that call a model, which a limited profile's queue serves
+_MODEL_CALLS = frozenset({ActivityName.CALL_MODEL, ActivityName.COMPACT_CONTEXT})
+
 
 @workflow.defn(name=WORKFLOW_NAME)
 class AgentWorkflow:
@@ -107,6 +115,7 @@ class AgentWorkflow:
             start.spec, start.spec.run_id or workflow.info().workflow_id
         )
         self._inputs = 0  # bumped by every accepted input; wakes AwaitInput
+        self._capacity_waits = 0  # model calls waiting out a provider's pushback
         self._signals = 0  # signals and updates this execution received (Temporal limits them)
         self._updates = 0
         self._limits_off = False  # replaying a run recorded before Patch.LIMITS
@@ -203,7 +212,10 @@ class AgentWorkflow:
 
     @workflow.query(name=Query.STATUS.value)
     def status(self) -> RunStatus:
-        return loop.status(self.state)
+        status = loop.status(self.state)
+        if self._capacity_waits:
+            return status.model_copy(update={"waiting_for": [*status.waiting_for, CAPACITY]})
+        return status
 
     @workflow.query(name=Query.PENDING.value)
     def pending(self) -> PendingView:
@@ -396,13 +408,33 @@ class AgentWorkflow:
             self._describing = (early, asyncio.ensure_future(self._perform_activity(early)))
 
     async def _perform_activity(self, effect: ActivityEffect) -> Outcome:
-        """One activity, as the table in `capstan.core.activity_table` defines it."""
-        try:
-            result = await self._execute(effect.activity, effect.request)
-        except ActivityError as exc:
-            _reraise_cancellation(exc)
-            return effect.failed(*_describe(exc))
-        return effect.succeeded(result)
+        """One activity, as the table in `capstan.core.activity_table` defines it. A model call
+        the provider pushed back on through all its retries waits and is called again: a run
+        never fails because its provider is at capacity (`waits_for_capacity`)."""
+        while True:
+            try:
+                result = await self._execute(effect.activity, effect.request)
+            except ActivityError as exc:
+                _reraise_cancellation(exc)
+                kind, message = _describe(exc)
+                if not self._waits_for_capacity(effect, kind):
+                    return effect.failed(kind, message)
+                self._capacity_waits += 1
+                try:
+                    await workflow.sleep(CAPACITY_WAIT)
+                finally:
+                    self._capacity_waits -= 1
+                continue
+            return effect.succeeded(result)
+
+    def _waits_for_capacity(self, effect: ActivityEffect, kind: str) -> bool:
+        """A model call refused for capacity (429) with no fallback model left to switch to."""
+        if effect.activity is not ActivityName.CALL_MODEL or kind != ModelErrorKind.RATE_LIMITED:
+            return False
+        chain = self.state.context.model_chain
+        if chain is not None and self.state.context.model_index + 1 < len(chain.models):
+            return False  # the loop switches to the next model (`context.on_model_failed`)
+        return patched(Patch.PROVIDER_CAPACITY)
 
     async def _execute(self, name: ActivityName, arg: Any, timeout: float | None = None) -> Any:
         spec = ACTIVITIES[name]
@@ -410,11 +442,24 @@ class AgentWorkflow:
         return await workflow.execute_activity(
             name.value,
             arg,
+            task_queue=self._queue_of(name, arg),
             result_type=spec.result,
             start_to_close_timeout=timedelta(seconds=options.start_to_close),
             heartbeat_timeout=heartbeat_timeout(options),
             retry_policy=retry_policy(options),
         )
+
+    def _queue_of(self, name: ActivityName, arg: Any) -> str | None:
+        """The queue of a model call whose profile has limits (the server paces it for the
+        fleet, `capstan.core.models.model_queue`); None (the run's own) for everything else.
+        Decided by `describe_model`'s recorded answer, so a replay routes it the same way."""
+        chain = self.state.context.model_chain
+        if name not in _MODEL_CALLS or chain is None:
+            return None
+        for model in chain.models:
+            if model.profile == arg.profile and model.own_queue:
+                return model_queue(workflow.info().task_queue, model.profile)
+        return None
 
     async def _run_tools(self, effect: RunTools) -> Outcome:
         gate = asyncio.Semaphore(effect.concurrency)

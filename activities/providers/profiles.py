@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +44,7 @@ __all__ = [
     "load_profiles",
     "model_chain",
     "model_settings",
+    "profile_names",
     "resolve_profile",
 ]
 
@@ -116,8 +117,9 @@ class Profile(BaseModel):
         """A rough character budget for text sent to this model (4 characters a token)."""
         return max(self.context_window - self.max_output_tokens, 1024) * 3
 
-    def info(self) -> ModelInfo:
+    def info(self, own_queue: bool = False) -> ModelInfo:
         return ModelInfo(
+            own_queue=own_queue,
             profile=self.name,
             provider=self.provider,
             model=self.model,
@@ -145,6 +147,14 @@ def load_profiles(path: Path | None) -> dict[str, ProfileTable]:
     except ProfileError as exc:
         problem = str(exc)
     raise ProfileError(f"CAPSTAN_PROFILES={path}: the profiles file is not usable: {problem}")
+
+
+def profile_names(path: Path | None) -> list[str]:
+    """The names of the profiles file's profiles (a `ConfigError` line if it is not usable)."""
+    try:
+        return list(load_profiles(path))
+    except ProfileError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _table(name: str, raw: object) -> ProfileTable:
@@ -231,10 +241,12 @@ def model_chain(
     env: Mapping[str, str],
     table: Mapping[str, ProfileTable] | None = None,
     settings: ModelSettings | None = None,
+    limited: Collection[str] = (),
 ) -> ModelChain:
-    """The profile and its fallbacks (transitively, without repeats, at most 5)."""
+    """The profile and its fallbacks (transitively, without repeats, at most 5). Those named in
+    `limited` (`[limits.NAME]`) have their calls on a queue of their own (`ModelInfo.own_queue`)."""
     order = _chain(name, env, table or {}, settings or model_settings(env))
-    return ModelChain(models=tuple(p.info() for p in order))
+    return ModelChain(models=tuple(p.info(own_queue=p.name in limited) for p in order))
 
 
 def check_profiles(env: Mapping[str, str], *, local_available: bool) -> list[str]:

@@ -39,8 +39,9 @@ from temporalio.service import RPCError
 
 from capstan.api.auth import Principal
 from capstan.api.errors import ApiError, not_found
+from capstan.client.priority import priority_of
 from capstan.client.runs import CapstanClient, RunNotFoundError, RunSummary
-from capstan.core import tenants
+from capstan.core import privilege, tenants
 from capstan.core.spec import RunSpec
 from capstan.core.workflow_io import (
     REQUESTS_MEMO,
@@ -171,11 +172,13 @@ class Tenancy:
         # the tenant's own workspace (None for `default`: the worker's root)
         workspace = tenants.workspace_key(principal.tenant)
         spec = spec.model_copy(update={"run_id": run_id, "workspace": workspace})
+        spec = privilege.fair_share(spec, principal.tenant, principal.scopes)
         await self.client.client.start_workflow(
             WORKFLOW_NAME,
             AgentInput(spec=spec),
             id=run_id,
             task_queue=self.client.settings.task_queue,
+            priority=priority_of(spec),
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
             **await self.ownership(principal),
         )

@@ -74,6 +74,10 @@ COMMANDS: Mapping[str, CommandEntry] = {
     "thread": CommandEntry(
         "conversations that go on across runs: ls, show, send", ("capstan.cli.thread",)
     ),
+    "limits": CommandEntry(
+        "provider limits the server enforces for every worker: show, set, reset",
+        ("capstan.cli.limits",),
+    ),
     "schedule": CommandEntry(
         "runs on a cron or an interval (Temporal Schedules)", ("capstan.cli.schedule",)
     ),

@@ -35,6 +35,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from capstan.client.priority import priority_of
 from capstan.client.typed import (
     OutputTypeError,
     RunNotCompletedError,
@@ -48,7 +49,8 @@ from capstan.core.children import ChildRun
 from capstan.core.errors import CapstanError, SteeringError, StoreError
 from capstan.core.inputs import size_problem
 from capstan.core.limits import INPUT_TEXT_BYTES
-from capstan.core.spec import RunResult, RunSpec, RunStatus
+from capstan.core.model_errors import ModelErrorKind
+from capstan.core.spec import CAPACITY, RunResult, RunSpec, RunStatus
 from capstan.core.steering import (
     STEER,
     Ack,
@@ -135,6 +137,18 @@ async def _snapshot(client: Client, run_id: str) -> Snapshot:
     return Snapshot(run_id, await load_histories(client, run_id))
 
 
+def _pushed_back(desc: WorkflowExecutionDescription) -> bool:
+    """A model call of the run is being retried because its provider answered 429 (it waits
+    for provider capacity: `capstan limits`)."""
+    for pending in desc.raw_description.pending_activities:
+        if pending.activity_type.name != ActivityName.CALL_MODEL:
+            continue
+        failure = pending.last_failure
+        if failure.application_failure_info.type == ModelErrorKind.RATE_LIMITED:
+            return True
+    return False
+
+
 class CapstanClient:
     """Start and steer agent runs. Every call works while no worker is running."""
 
@@ -171,6 +185,7 @@ class CapstanClient:
             AgentInput(spec=spec),
             id=run_id,
             task_queue=self.settings.task_queue,
+            priority=priority_of(spec),
         )
         if (warning := await self.no_worker_warning(run_id)) is not None:
             log.warning("%s", warning)
@@ -252,14 +267,18 @@ class CapstanClient:
             # its result says all (diagnostics included): no worker is asked, so a worker
             # that died but is still listed as polling never holds the answer up
             return await self._closed_status(run_id, desc)
+        status: RunStatus | None = None
         if await self.workers_polling():
             with contextlib.suppress(RPCError, TimeoutError):
-                asked: RunStatus = await asyncio.wait_for(
+                status = await asyncio.wait_for(
                     self.handle(run_id).query(Query.STATUS.value, result_type=RunStatus),
                     query_timeout,
                 )
-                return asked
-        return (await _snapshot(self.client, run_id)).status(None)
+        if status is None:
+            status = (await _snapshot(self.client, run_id)).status(None)
+        if _pushed_back(desc) and CAPACITY not in status.waiting_for:
+            return status.model_copy(update={"waiting_for": [*status.waiting_for, CAPACITY]})
+        return status
 
     async def _closed_status(self, run_id: str, desc: WorkflowExecutionDescription) -> RunStatus:
         snap = await _snapshot(self.client, run_id)

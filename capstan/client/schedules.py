@@ -40,6 +40,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from capstan.client.priority import priority_of
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.core import privilege
 from capstan.core.spec import RunSpec
@@ -192,6 +193,7 @@ class Schedules:
             AgentInput(spec=spec),
             id=RUN_PREFIX + name,
             task_queue=self.capstan.settings.task_queue,
+            priority=priority_of(spec),
         )
         policy = SchedulePolicy(overlap=OVERLAP[when.overlap], catchup_window=when.catchup)
         state = ScheduleState(note=when.note or None, paused=when.paused)

@@ -44,6 +44,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from capstan.client.priority import priority_of
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.core import privilege
 from capstan.core.content import BlobRef
@@ -200,11 +201,13 @@ class Threads:
         delivered = await self._deliver(thread, latest, item)
         if delivered is not None:
             return delivered
+        following = await self.next_spec(thread, text, spec, scopes, tenant=tenant)
         handle = await self.capstan.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=await self.next_spec(thread, text, spec, scopes, tenant=tenant)),
+            AgentInput(spec=following),
             id=run_id,
             task_queue=self.capstan.settings.task_queue,
+            priority=priority_of(following),
             start_signal=STEER,
             start_signal_args=[item],
             **start,
@@ -252,7 +255,7 @@ class Threads:
                 "workspace": workspace_key(tenant, thread),
             }
         )
-        return await self.continued(base, previous)
+        return await self.continued(privilege.fair_share(base, tenant, scopes), previous)
 
     async def previous(self, thread: str, tenant: str = DEFAULT_TENANT) -> RunResult | None:
         """The result of the thread's last run that returned one (None: no such run, or the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ModelChain", "ModelInfo", "Prices"]
+__all__ = ["ModelChain", "ModelInfo", "Prices", "model_queue"]
 
 
 class Prices(BaseModel):
@@ -31,6 +31,9 @@ class ModelInfo(BaseModel):
     context_window: int = 128_000
     max_output_tokens: int = 4_096
     prices: Prices = Prices()
+    #: its calls go to a task queue of their own (`model_queue`), where the Temporal server
+    #: enforces the profile's limits for every worker at once (`[limits.NAME]`, issue 30)
+    own_queue: bool = False
 
     @property
     def usable_window(self) -> int:
@@ -44,3 +47,10 @@ class ModelChain(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     models: tuple[ModelInfo, ...]
+
+
+def model_queue(task_queue: str, profile: str) -> str:
+    """The task queue of the model calls of `profile` for runs on `task_queue`, when the
+    profile has limits (`ModelInfo.own_queue`): the server rate-limits and orders that queue
+    for the whole fleet (`capstan limits`)."""
+    return f"{task_queue}.model.{profile}"

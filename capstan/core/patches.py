@@ -51,6 +51,9 @@ class Patch(StrEnum):
     #: a run continues as new when its history nears Temporal's limits (`capstan.core.limits`),
     #: waiting or not; runs recorded before it wait on as they did
     LIMITS = "history-limits-v1"
+    #: a model call the provider still refuses (429) after its retries waits on a durable
+    #: timer and is called again, instead of ending the run `model_error` (issue 30)
+    PROVIDER_CAPACITY = "provider-capacity-v1"
 
 
 #: the ids that are `workflow.deprecate_patch` calls now (never `patched`)

@@ -4,7 +4,8 @@ Three rules, one module, used on every path that starts or runs a run:
 
 1. **Scopes** (`needs`, `admit`). The parts of a spec that let work run with no person watching
    or reach further than the jail's default need the caller's `admin` scope: `auto_approve`,
-   `waive_rule_of_two`, a tool rule `allow`, `sandbox.network`; in the spec and, recursively, in
+   `waive_rule_of_two`, a tool rule `allow`, `sandbox.network`, a `priority` above the default
+   and a `fairness_weight` above 1 (a larger share of the fleet); in the spec and, recursively, in
    every delegate definition it embeds. `admit` is the one check every start path calls on the
    *final* spec (after an agent definition is resolved): a spec the caller asked for that needs
    a scope it lacks is refused (`PrivilegeError`, a 403 over HTTP); a spec the caller inherits
@@ -35,12 +36,14 @@ from capstan.core.strict import revised
 
 __all__ = [
     "ADMIN",
+    "DEFAULT_PRIORITY",
     "OPERATOR",
     "STRICTNESS",
     "PolicyDecision",
     "PrivilegeError",
     "admit",
     "clamp_sandbox",
+    "fair_share",
     "narrowed",
     "needs",
     "refused",
@@ -57,6 +60,9 @@ OPERATOR: frozenset[str] = frozenset({ADMIN})
 
 #: How strict each decision is: the stricter of two wins.
 STRICTNESS: Mapping[PolicyDecision, int] = MappingProxyType({"allow": 0, "ask": 1, "deny": 2})
+
+#: Temporal's default priority key: a run may ask for a lower priority (4, 5), never a higher.
+DEFAULT_PRIORITY = 3
 
 #: Spec flags that let tools run with no person watching.
 _UNATTENDED = ("auto_approve", "waive_rule_of_two")
@@ -91,6 +97,11 @@ def needs(spec: RunSpec, prefix: str = "") -> list[tuple[str, str]]:
     ]
     if spec.sandbox.network:
         found.append((f"{prefix}sandbox.network", ADMIN))
+    # ahead of everyone else's runs: a larger share of the fleet than the default
+    if spec.priority is not None and spec.priority < DEFAULT_PRIORITY:
+        found.append((f"{prefix}priority", ADMIN))
+    if spec.fairness_weight is not None and spec.fairness_weight > 1.0:
+        found.append((f"{prefix}fairness_weight", ADMIN))
     for name, child in sorted(spec.delegates.items()):
         found += needs(child, f"{prefix}delegates.{name}.")
     return found
@@ -121,6 +132,8 @@ def narrowed(spec: RunSpec, scopes: Iterable[str]) -> RunSpec:
         **dict.fromkeys(_UNATTENDED, False),
         tool_policy=rules,
         sandbox=revised(spec.sandbox, network=False),
+        priority=None if spec.priority is None else max(spec.priority, DEFAULT_PRIORITY),
+        fairness_weight=None if spec.fairness_weight is None else min(spec.fairness_weight, 1.0),
         delegates={name: narrowed(child, held) for name, child in spec.delegates.items()},
     )
 
@@ -136,6 +149,15 @@ def admit(spec: RunSpec, scopes: Iterable[str], *, inherited: bool = False) -> R
     if missing:
         raise PrivilegeError(missing)
     return spec
+
+
+def fair_share(spec: RunSpec, tenant: str, scopes: Iterable[str]) -> RunSpec:
+    """`spec` with its tenant as its fairness key (runs started through the API): the tenants
+    share the fleet's workers in turn, whatever each one queues. Only an `admin` may name
+    another key (an admin's own batch lane, say)."""
+    if spec.fairness_key is not None and ADMIN in frozenset(scopes):
+        return spec
+    return revised(spec, fairness_key=tenant)
 
 
 def tool_decision(

@@ -196,6 +196,11 @@ class SandboxLimits(StrictModel):
     retryable: bool = True
 
 
+#: what `RunStatus.waiting_for` says of a model call waiting for its provider to take calls again
+#: (a 429: Temporal retries it, or the run waits out the retries; `capstan limits`)
+CAPACITY = "provider capacity"
+
+
 class RunSpec(StrictModel):
     """The input of one agent run.
 
@@ -256,6 +261,21 @@ class RunSpec(StrictModel):
     #: by the worker; the run completes with it as JSON (`RunResult.output_format`), or ends
     #: `output_invalid` after `guards.output_attempts` refused answers. None: a text answer.
     output_schema: dict[str, Any] | None = None
+    #: Temporal's Priority & Fairness, carried to every activity and child of the run: 1 is
+    #: dispatched first, 5 last (None: the server's default, 3)
+    priority: int | None = Field(None, ge=1, le=5)
+    #: runs sharing a key share the workers in proportion to `fairness_weight` when work
+    #: waits (None: one pool); the API sets it to the caller's tenant
+    fairness_key: str | None = Field(None, min_length=1, max_length=64)
+    fairness_weight: float | None = Field(None, ge=0.001, le=1000)
+
+    @field_validator("fairness_key")
+    @classmethod
+    def _short_fairness_key(cls, key: str | None) -> str | None:
+        """Temporal keeps at most 64 bytes of a fairness key."""
+        if key is not None and len(key.encode()) > 64:
+            raise ValueError("a fairness key is at most 64 bytes of UTF-8")
+        return key
 
     @field_validator("output_schema")
     @classmethod

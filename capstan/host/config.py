@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from capstan.activities.providers.profiles import profile_names
 from capstan.activities.tool_runner import FinishGuard
 from capstan.activities.tools.mcp import McpConfig, load_mcp
 from capstan.activities.tools.registry import ToolRegistry
@@ -28,6 +29,7 @@ from capstan.host.startup import check_models, check_variables, log_offer
 from capstan.host.user_code import build_registry, load_finish_guard
 from capstan.runtime.blobs import blob_store_for, check_blob_store
 from capstan.runtime.config import ModelSettings, Settings
+from capstan.runtime.provider_limits import ProviderLimits, load_limits
 from capstan.runtime.webhooks import WebhookConfig, load_webhooks
 
 __all__ = ["WorkerConfig", "load_worker_config"]
@@ -48,6 +50,8 @@ class WorkerConfig:
     mcp: McpConfig
     hooks: WebhookConfig
     build_id: str
+    #: the model profiles whose calls have a queue of their own, paced by the server
+    limits: Mapping[str, ProviderLimits] = field(default_factory=dict)
 
 
 def load_worker_config(
@@ -57,8 +61,9 @@ def load_worker_config(
     them. `at_start`: also what a worker process checks and says before it connects (see the
     module docstring). `jail=False` skips probing the sandbox (the shell and Python tools are
     then not offered)."""
-    ModelSettings.from_env(env)
+    models = ModelSettings.from_env(env)
     doubts = check_models(env) if at_start else []  # every profile a run may name resolves
+    limits = load_limits(models.profiles_file, profile_names(models.profiles_file))
     policy = load_policy(settings.policy_file)
     finish_guard = load_finish_guard(settings.finish_guard)
     # MCP names are checked against the tools a worker offers with or without a jail
@@ -81,4 +86,5 @@ def load_worker_config(
         mcp=mcp,
         hooks=hooks,
         build_id=build_id(),
+        limits=limits,
     )

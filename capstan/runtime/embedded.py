@@ -40,6 +40,15 @@ UI_PORT_OFFSET = 1000
 # Without this the dev server polls its transfer queue 20 times a second, which puts every
 # workflow task on a 50 ms grid (measured: an activity round trip falls from ~48 ms to ~14 ms).
 FAST_DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
+# Fleet flow control (issue 30): Priority & Fairness dispatch (priority keys, and tenants'
+# fairness keys in weighted round robin), and one partition per task queue, so a queue's rate
+# limit and its priority order hold for the queue as a whole rather than per partition (a
+# cluster sets these per namespace or queue: README "Fleet flow control").
+FLEET_DYNAMIC_CONFIG = (
+    "matching.enableFairness=true",
+    "matching.numTaskqueueReadPartitions=1",
+    "matching.numTaskqueueWritePartitions=1",
+)
 
 # SQLite in WAL mode (measured: the default rollback journal makes each iteration ~1.3x slower).
 # synchronous=NORMAL: a commit reaches the operating system before the server answers, so a
@@ -151,7 +160,7 @@ class EmbeddedServer:
             "--log-level",
             "warn",
         ]
-        for value in FAST_DYNAMIC_CONFIG:
+        for value in (*FAST_DYNAMIC_CONFIG, *FLEET_DYNAMIC_CONFIG):
             cmd += ["--dynamic-config-value", value]
         for pragma in SQLITE_PRAGMAS:
             cmd += ["--sqlite-pragma", pragma]

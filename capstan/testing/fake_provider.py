@@ -17,10 +17,12 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -118,8 +120,16 @@ class FakeProvider:
     #: what the fake answers to a compaction's summary request (told apart by its prompt)
     summary: str = "Earlier, the agent called tools and read their outputs."
     summaries: list[dict[str, Any]] = field(default_factory=list)
+    #: a provider's rate limit: at most this many requests in any second; beyond it, 429 with
+    #: `Retry-After: retry_after` (None: no limit)
+    rate_limit: float | None = None
+    retry_after: float = 1.0
+    #: when each request was answered (time.monotonic) and how many got a 429
+    answered_at: list[float] = field(default_factory=list)
+    throttled: int = 0
 
     def __post_init__(self) -> None:
+        self._window: collections.deque[float] = collections.deque()
         self._attempts: dict[int, int] = {}
         self._lock = threading.Lock()
         self.arrived = threading.Event()
@@ -159,6 +169,10 @@ class FakeProvider:
             turn = Turn(step=0, model=self.model, content=self.summary, input_tokens=100)
             payload = openai_completion(turn) if api == "openai" else anthropic_message(turn)
             return _Answer(200, {}, json.dumps(payload).encode())
+        if not self._within_rate():
+            error = {"error": {"message": "Rate limit reached", "type": "rate_limit_exceeded"}}
+            headers = {"retry-after": f"{self.retry_after:g}"}
+            return _Answer(429, headers, json.dumps(error).encode())
         step = _step_of(messages)
         with self._lock:
             self.requests.append(body)
@@ -202,6 +216,21 @@ class FakeProvider:
             )
         payload = openai_completion(turn) if api == "openai" else anthropic_message(turn)
         return _Answer(200, {}, json.dumps(payload).encode(), hold)
+
+    def _within_rate(self) -> bool:
+        """Count a request against `rate_limit`: False (a 429) when the last second already
+        took that many."""
+        now = time.monotonic()
+        with self._lock:
+            if self.rate_limit is not None:
+                while self._window and self._window[0] <= now - 1.0:
+                    self._window.popleft()
+                if len(self._window) >= max(self.rate_limit, 1.0):
+                    self.throttled += 1
+                    return False
+                self._window.append(now)
+            self.answered_at.append(now)
+        return True
 
     def wait_for_step(self, step: int, timeout: float = 60.0) -> None:
         """Block until a request for `step` has arrived (AssertionError on timeout)."""

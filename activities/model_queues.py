@@ -1,0 +1,185 @@
+"""Model calls of a limited profile, served on a queue of their own, paced by the server.
+
+A profile with `[limits.NAME]` (`capstan.runtime.provider_limits`) has its `call_model` and
+`compact_context` activities on `capstan.core.models.model_queue(task_queue, NAME)`. Each worker
+serves that queue beside its main one (`ModelQueues`, a plugin of the main worker, as webhook
+deliveries are served) and declares the profile's `requests_per_second` to the server, which
+dispatches no faster than that to all workers together; `concurrency` is this worker's slots.
+
+A provider's 429 slows the whole fleet, not only the call that got it (`Governor`): the worker
+that got it lowers the queue's rate on the server (the task queue configuration API) until the
+provider's Retry-After has passed, with the time to restore written in the change's reason.
+Every worker watches the queue's configuration and restores the rate once that time passed, so
+a worker that dies mid-pause holds no one back. The call itself is retried by Temporal after
+the Retry-After, through the same paced queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Plugin, ReplayerConfig, Worker, WorkerConfig
+
+from capstan.core.errors import ConfigError
+from capstan.core.models import model_queue
+from capstan.runtime.provider_limits import ProviderLimits
+from capstan.runtime.queue_config import Pushback, read_limit, write_rate
+
+__all__ = ["Governor", "ModelQueues"]
+
+log = logging.getLogger("capstan.worker")
+
+#: how often each worker looks whether a pause on a queue it serves has run out
+WATCH_INTERVAL = 1.0
+#: a 429 without Retry-After pauses the fleet this long
+DEFAULT_PAUSE = 1.0
+#: at most this long, whatever the provider asks (the call's own retry honours the rest)
+MAX_PAUSE = 60.0
+
+
+@dataclass
+class Governor:
+    """Slows the fleet on a provider's pushback and restores the pace when it has passed."""
+
+    client: Client
+    queues: Mapping[str, str]  # profile -> its model queue
+    clock: Callable[[], float] = time.time
+    #: until when this worker already paused each profile (no second write for the same 429s)
+    _paused_until: dict[str, float] | None = None
+    _tasks: set[asyncio.Task[None]] | None = None
+
+    def __post_init__(self) -> None:
+        self._paused_until = {}
+        self._tasks = set()
+
+    def pushback(self, profile: str, retry_after: float | None) -> None:
+        """A call of `profile` got a 429: slow its queue for the whole fleet until the
+        provider's Retry-After has passed (from the event loop; the write runs beside the call,
+        which goes on to fail and be retried through the slowed queue)."""
+        queue = self.queues.get(profile)
+        assert self._paused_until is not None and self._tasks is not None
+        if queue is None:
+            return
+        pause = min(max(retry_after or DEFAULT_PAUSE, 0.1), MAX_PAUSE)
+        until = self.clock() + pause
+        if self._paused_until.get(profile, 0.0) >= until - 0.05:
+            return  # this worker already slowed it for as long: one write for a burst of 429s
+        self._paused_until[profile] = until
+        task = asyncio.get_running_loop().create_task(self._slow(profile, queue, until))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _slow(self, profile: str, queue: str, until: float) -> None:
+        try:
+            current = await read_limit(self.client, queue)
+            if current.pushback is not None:  # slowed already (by any worker): extend it
+                slowed = Pushback(
+                    max(until, current.pushback.until),
+                    current.pushback.restore,
+                    current.pushback.rate,
+                )
+            else:
+                slowed = Pushback(until, current.override, Pushback.slowed(current.rate))
+            await write_rate(self.client, queue, slowed)
+            log.warning(
+                "provider of profile %r pushed back (429): its calls slow to %g/s for the whole "
+                "fleet for %.1fs",
+                profile,
+                slowed.rate,
+                slowed.until - self.clock(),
+            )
+            await asyncio.sleep(max(slowed.until - self.clock(), 0.0))
+            await self.restore_if_due(queue)
+        except (RPCError, ConfigError) as exc:
+            log.warning("could not slow queue %r after a 429: %s", queue, exc)
+
+    async def watch(self, interval: float = WATCH_INTERVAL) -> None:
+        """Restore every served queue whose pause has run out, whoever paused it."""
+        while True:
+            for queue in self.queues.values():
+                with contextlib.suppress(RPCError, ConfigError):
+                    await self.restore_if_due(queue)
+            await asyncio.sleep(interval)
+
+    async def restore_if_due(self, queue: str) -> bool:
+        """Give `queue` back its rate when its pause has run out. True when it did."""
+        current = await read_limit(self.client, queue)
+        if current.pushback is None or current.pushback.until > self.clock():
+            return False
+        await write_rate(self.client, queue, current.pushback.restore)
+        log.info("queue %r: provider pause over, pace restored", queue)
+        return True
+
+    async def aclose(self) -> None:
+        assert self._tasks is not None
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class ModelQueues(Plugin):
+    """Serves the model queues of the limited profiles beside the worker it is a plugin of,
+    for as long as that worker runs, with its client, build id, interceptors and grace."""
+
+    def __init__(
+        self,
+        limits: Mapping[str, ProviderLimits],
+        activities: Sequence[Callable[..., Any]],
+        on_governor: Callable[[Governor], None] | None = None,
+    ) -> None:
+        self.limits = dict(limits)
+        self.activities = list(activities)
+        self.on_governor = on_governor
+
+    def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
+        return config
+
+    def configure_replayer(self, config: ReplayerConfig) -> ReplayerConfig:
+        return config
+
+    def run_replayer(self, replayer: Any, histories: Any, next: Any) -> Any:
+        return next(replayer, histories)
+
+    async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
+        queues = {name: model_queue(worker.task_queue, name) for name in self.limits}
+        workers = [self._worker(worker, queues[name], lim) for name, lim in self.limits.items()]
+        governor = Governor(worker.client, queues)
+        if self.on_governor is not None:
+            self.on_governor(governor)
+        watching = asyncio.create_task(governor.watch())
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                for served in workers:
+                    await stack.enter_async_context(served)
+                await next(worker)
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+            await governor.aclose()
+
+    def _worker(self, main: Worker, queue: str, limits: ProviderLimits) -> Worker:
+        config = main.config()
+        options: dict[str, Any] = {
+            "build_id": config.get("build_id"),
+            "graceful_shutdown_timeout": config.get("graceful_shutdown_timeout") or timedelta(),
+            "max_heartbeat_throttle_interval": config.get(
+                "max_heartbeat_throttle_interval", timedelta(seconds=1)
+            ),
+            "interceptors": config.get("interceptors") or [],
+        }
+        if limits.requests_per_second is not None:
+            # declared by every worker; the server enforces it across all of them
+            options["max_task_queue_activities_per_second"] = limits.requests_per_second
+        if limits.concurrency is not None:
+            options["max_concurrent_activities"] = limits.concurrency
+        return Worker(main.client, task_queue=queue, activities=self.activities, **options)
