@@ -93,9 +93,6 @@ from capstan.workflows.webhook_starts import announced_before, notify_opened
 
 __all__ = ["AgentWorkflow", "input_of"]
 
-#: how long a model call the provider refused through all its retries waits to be called again
-CAPACITY_WAIT = timedelta(seconds=30)
-
 #: the activities that call a model, which a limited profile's queue serves
 _MODEL_CALLS = frozenset({ActivityName.CALL_MODEL, ActivityName.COMPACT_CONTEXT})
 
@@ -421,7 +418,7 @@ class AgentWorkflow:
                     return effect.failed(kind, message)
                 self._capacity_waits += 1
                 try:
-                    await workflow.sleep(CAPACITY_WAIT)
+                    await workflow.sleep(self.state.spec.tuning.model_capacity_wait)
                 finally:
                     self._capacity_waits -= 1
                 continue

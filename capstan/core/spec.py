@@ -101,6 +101,9 @@ class ActivityTuning(StrictModel):
     model_max_attempts: int = 5
     model_initial_retry: float = 0.5
     model_max_retry: float = 60.0
+    #: a model call the provider still refuses (429) after its attempts waits this long on a
+    #: durable timer and is called again: a run never fails for provider capacity
+    model_capacity_wait: float = Field(default=30.0, gt=0, le=3600)
     tool_default_timeout: float = 120.0
     tool_heartbeat: float = 2.0
     tool_max_attempts: int = 3
