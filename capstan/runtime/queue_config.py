@@ -40,11 +40,14 @@ __all__ = [
 #: the reason of a slow-down a worker wrote after a provider's 429
 PUSHBACK_PREFIX = "capstan: provider pushback"
 #: a queue slowed after a 429 runs at this share of its rate until the Retry-After has passed
-PUSHBACK_FACTOR = 0.5
+PUSHBACK_FACTOR = 0.8
 #: and never slower than this (a queue with no rate of its own is slowed to it)
 PUSHBACK_FLOOR_RPS = 0.5
+_NUMBER = r"[0-9.]+(?:[eE][-+]?[0-9]+)?"
 _PUSHBACK = re.compile(
-    re.escape(PUSHBACK_PREFIX) + r" until=(?P<until>[0-9.]+) restore=(?P<restore>[0-9.]+|workers)"
+    re.escape(PUSHBACK_PREFIX)
+    + rf" until=(?P<until>{_NUMBER}) restore=(?P<restore>{_NUMBER}|workers)"
+    + rf"(?: rate=(?P<rate>{_NUMBER}))?"
 )
 _ACTIVITY = TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
 Source = Literal["paused", "operator", "workers", "server"]
@@ -65,16 +68,24 @@ class Pushback:
     rate: float = PUSHBACK_FLOOR_RPS
 
     def reason(self) -> str:
-        restore = "workers" if self.restore is None else f"{self.restore:g}"
-        return f"{PUSHBACK_PREFIX} until={self.until:.3f} restore={restore}"
+        # repr: the exact float back (`:g` would round it, and may write an exponent)
+        restore = "workers" if self.restore is None else repr(float(self.restore))
+        return (
+            f"{PUSHBACK_PREFIX} until={self.until:.3f} restore={restore} "
+            f"rate={float(self.rate)!r}"
+        )
 
     @classmethod
     def parse(cls, reason: str) -> Pushback | None:
         match = _PUSHBACK.fullmatch(reason.strip())
         if match is None:
             return None
-        restore = match["restore"]
-        return cls(float(match["until"]), None if restore == "workers" else float(restore))
+        restore, rate = match["restore"], match["rate"]
+        return cls(
+            float(match["until"]),
+            None if restore == "workers" else float(restore),
+            PUSHBACK_FLOOR_RPS if rate is None else float(rate),
+        )
 
     @staticmethod
     def slowed(rate: float | None) -> float:
@@ -117,6 +128,8 @@ async def read_limit(client: Client, queue: str) -> QueueLimit:
     has_rate = configured is not None and configured.HasField("rate_limit")
     api_rate = configured.rate_limit.requests_per_second if configured and has_rate else None
     pushback = Pushback.parse(reason) if has_rate else None
+    if pushback is not None and api_rate is not None:  # what the server holds, whoever wrote it
+        pushback = Pushback(pushback.until, pushback.restore, api_rate)
     effective = answer.effective_rate_limit if answer.HasField("effective_rate_limit") else None
     source = _SOURCES.get(effective.rate_limit_source, "server") if effective else "server"
     rate: float | None = effective.requests_per_second if effective else None
