@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 
 from capstan.testing.wire import (
     Turn,
@@ -120,16 +120,24 @@ class FakeProvider:
     #: what the fake answers to a compaction's summary request (told apart by its prompt)
     summary: str = "Earlier, the agent called tools and read their outputs."
     summaries: list[dict[str, Any]] = field(default_factory=list)
-    #: a provider's rate limit: at most this many requests in any second; beyond it, 429 with
-    #: `Retry-After: retry_after` (None: no limit)
+    #: a provider's rate limit, R requests a second; beyond it, 429 with
+    #: `Retry-After: retry_after` (None: no limit). `bucket`: a token bucket of R that refills
+    #: at R a second, as Anthropic documents its limiter; `window`: at most R in any second
+    #: (stricter than any provider documents)
     rate_limit: float | None = None
+    rate_shape: Literal["bucket", "window"] = "bucket"
     retry_after: float = 1.0
+    #: seconds every answered request takes (a model's latency), beside a reply's own `hold`
+    latency: float = 0.0
     #: when each request was answered (time.monotonic) and how many got a 429
     answered_at: list[float] = field(default_factory=list)
     throttled: int = 0
+    refused_at: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._window: collections.deque[float] = collections.deque()
+        self._tokens: float | None = None  # the bucket, full at the first request
+        self._filled = 0.0
         self._attempts: dict[int, int] = {}
         self._lock = threading.Lock()
         self.arrived = threading.Event()
@@ -197,7 +205,7 @@ class FakeProvider:
             stop=reply.stop,
             input_tokens=len(json.dumps(body.get("messages", []))) // 4 + 50,
         )
-        hold = reply.hold_seconds if attempt == 0 else 0.0
+        hold = (reply.hold_seconds if attempt == 0 else 0.0) + self.latency
         cut = fault is not None and fault.cut and attempt < fault.times
         if stream:
             events: list[tuple[str | None, str]] = (
@@ -222,14 +230,29 @@ class FakeProvider:
         took that many."""
         now = time.monotonic()
         with self._lock:
-            if self.rate_limit is not None:
-                while self._window and self._window[0] <= now - 1.0:
-                    self._window.popleft()
-                if len(self._window) >= max(self.rate_limit, 1.0):
-                    self.throttled += 1
-                    return False
-                self._window.append(now)
+            if self.rate_limit is not None and not self._take(now, self.rate_limit):
+                self.throttled += 1
+                self.refused_at.append(now)
+                return False
             self.answered_at.append(now)
+        return True
+
+    def _take(self, now: float, rate: float) -> bool:
+        capacity = max(rate, 1.0)
+        if self.rate_shape == "window":
+            while self._window and self._window[0] <= now - 1.0:
+                self._window.popleft()
+            if len(self._window) >= capacity:
+                return False
+            self._window.append(now)
+            return True
+        tokens = capacity if self._tokens is None else self._tokens
+        tokens = min(capacity, tokens + (now - self._filled) * rate)
+        self._filled = now
+        if tokens < 1.0:
+            self._tokens = tokens
+            return False
+        self._tokens = tokens - 1.0
         return True
 
     def wait_for_step(self, step: int, timeout: float = 60.0) -> None:
