@@ -72,12 +72,27 @@ def expires_in(at: datetime, now: datetime | None = None) -> str:
 
 
 def add_output_schema(p: argparse.ArgumentParser) -> None:
-    """`--output-schema FILE`, for the commands that start runs (`run`, `schedule create`)."""
+    """`--output-schema FILE`, `--priority N` and `--fairness-key KEY`, for the commands that
+    start runs (`run`, `schedule create`)."""
     p.add_argument(
         "--output-schema",
         default=None,
         metavar="FILE",
         help="a JSON Schema the answer must match (the run returns it as JSON)",
+    )
+    p.add_argument(
+        "--priority",
+        type=int,
+        choices=range(1, 6),
+        default=None,
+        metavar="1-5",
+        help="1 is served first, 5 last (default: the server's, 3)",
+    )
+    p.add_argument(
+        "--fairness-key",
+        default=None,
+        metavar="KEY",
+        help="runs sharing a key share the workers in turn with other keys",
     )
 
 
@@ -96,6 +111,8 @@ def spec_from_args(
         "output_schema": read_output_schema(Path(args.output_schema))
         if args.output_schema
         else None,
+        "priority": args.priority,
+        "fairness_key": args.fairness_key,
         **fields,
     }
     overrides = {k: v for k, v in given.items() if v is not None}

@@ -71,8 +71,7 @@ class Pushback:
         # repr: the exact float back (`:g` would round it, and may write an exponent)
         restore = "workers" if self.restore is None else repr(float(self.restore))
         return (
-            f"{PUSHBACK_PREFIX} until={self.until:.3f} restore={restore} "
-            f"rate={float(self.rate)!r}"
+            f"{PUSHBACK_PREFIX} until={self.until:.3f} restore={restore} rate={float(self.rate)!r}"
         )
 
     @classmethod
