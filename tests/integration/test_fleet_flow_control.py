@@ -28,7 +28,7 @@ from capstan.runtime.config import Settings
 from capstan.runtime.queue_config import read_limit
 from capstan.testing.fake_provider import FakeProvider, Fault, Reply, call, say
 from capstan.testing.worker import model_env
-from tests.integration.helpers import ROOT, run_cli
+from tests.integration.helpers import ROOT, history_events, run_cli
 from tests.integration.scripted_agent import Agent
 from tests.integration.test_api_helpers import ALICE, app_for, auth, served
 from tests.integration.test_api_helpers import ROOT as ROOT_TOKEN
@@ -161,12 +161,17 @@ async def test_a_profiles_rate_holds_across_two_worker_processes(
     assert free_refusals >= 2 * paced_refusals + 6, (paced_refusals, free_refusals)
 
 
-async def test_a_run_the_provider_keeps_refusing_waits_for_capacity(agent: Agent) -> None:
-    """429s through every attempt: the run waits on a durable timer, says so in `status`, and
-    completes once the provider takes calls again (it used to end `model_error`)."""
+async def test_a_run_the_provider_keeps_refusing_waits_for_capacity(
+    agent: Agent, tmp_path: Path
+) -> None:
+    """429s through every attempt of a limited profile's call: the run waits on a durable
+    timer, says so in `status`, and completes once the provider takes calls again (it used to
+    end `model_error`). Its calls ran on the profile's own queue; the history is kept for
+    replay (`tests/histories/provider_capacity_wait.json`)."""
     refusals = Fault(status=429, headers=(("retry-after", "0.2"),), times=5)
     tuning = ActivityTuning(model_max_attempts=2, model_initial_retry=0.1, model_capacity_wait=1.0)
-    async with agent.serving(calls(1), faults={0: refusals}) as live:
+    env = {"CAPSTAN_PROFILES": str(limits_file(tmp_path, None))}
+    async with agent.serving(calls(1), faults={0: refusals}, env=env) as live:
         run_id = await live.client.start_run(RunSpec(task="busy provider", tuning=tuning))
         seen: list[str] = []
 
@@ -175,10 +180,19 @@ async def test_a_run_the_provider_keeps_refusing_waits_for_capacity(agent: Agent
             return CAPACITY in seen
 
         await until(says_capacity, timeout=30)
-        result = await live.client.result(run_id)
-    assert result.terminal_reason is TerminalReason.COMPLETED, result.error
-    assert result.output == "done"
+        run = await live.finish(run_id, history="provider_capacity_wait")
+        events = await history_events(live.client.handle(run_id))
+    assert run.result.terminal_reason is TerminalReason.COMPLETED, run.result.error
+    assert run.result.output == "done"
     assert len(live.fake.requests) == 6  # five refused, the sixth answered
+    queues = {
+        e["activityTaskScheduledEventAttributes"]["taskQueue"]["name"]
+        for e in events
+        if e.get("activityTaskScheduledEventAttributes", {}).get("activityType", {}).get("name")
+        == "call_model"
+    }
+    assert queues == {model_queue(agent.settings.task_queue, "default")}
+    assert sum("timerStartedEventAttributes" in e for e in events) >= 2  # two waits
 
 
 async def _completion_order(client: CapstanClient, runs: dict[str, RunSpec]) -> list[str]:
