@@ -4,7 +4,8 @@ A profile with `[limits.NAME]` (`capstan.runtime.provider_limits`) has its `call
 `compact_context` activities on `capstan.core.models.model_queue(task_queue, NAME)`. Each worker
 serves that queue beside its main one (`ModelQueues`, a plugin of the main worker, as webhook
 deliveries are served) and declares the profile's `requests_per_second` to the server, which
-dispatches no faster than that to all workers together; `concurrency` is this worker's slots.
+dispatches no faster than that to all workers together. `concurrency` is the fleet's cap on
+calls at once, each worker taking its share of it (`FleetShare`).
 
 A provider's 429 slows the whole fleet, not only the call that got it (`Governor`): the worker
 that got it lowers the queue's rate on the server (the task queue configuration API) until the
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,14 +29,26 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.service import RPCError
-from temporalio.worker import Plugin, ReplayerConfig, Worker, WorkerConfig
+from temporalio.worker import (
+    CustomSlotSupplier,
+    FixedSizeSlotSupplier,
+    Plugin,
+    ReplayerConfig,
+    SlotMarkUsedContext,
+    SlotPermit,
+    SlotReleaseContext,
+    SlotReserveContext,
+    Worker,
+    WorkerConfig,
+    WorkerTuner,
+)
 
 from capstan.core.errors import ConfigError
 from capstan.core.models import model_queue
 from capstan.runtime.provider_limits import ProviderLimits
 from capstan.runtime.queue_config import Pushback, read_limit, write_rate
 
-__all__ = ["Governor", "ModelQueues"]
+__all__ = ["FleetShare", "Governor", "ModelQueues"]
 
 log = logging.getLogger("capstan.worker")
 
@@ -56,10 +70,12 @@ class Governor:
     #: until when this worker already paused each profile (no second write for the same 429s)
     _paused_until: dict[str, float] | None = None
     _tasks: set[asyncio.Task[None]] | None = None
+    _pollers: dict[str, int] | None = None  # queue -> workers polling it, as last read
 
     def __post_init__(self) -> None:
         self._paused_until = {}
         self._tasks = set()
+        self._pollers = {}
 
     def pushback(self, profile: str, retry_after: float | None) -> None:
         """A call of `profile` got a 429: slow its queue for the whole fleet until the
@@ -103,16 +119,37 @@ class Governor:
             log.warning("could not slow queue %r after a 429: %s", queue, exc)
 
     async def watch(self, interval: float = WATCH_INTERVAL) -> None:
-        """Restore every served queue whose pause has run out, whoever paused it."""
+        """Restore every served queue whose pause has run out, whoever paused it, and count
+        the workers polling each (their share of a fleet-wide `concurrency`: `FleetShare`)."""
         while True:
             for queue in self.queues.values():
-                with contextlib.suppress(RPCError, ConfigError):
+                try:
                     await self.restore_if_due(queue)
+                except (RPCError, ConfigError) as exc:
+                    log.warning("could not read queue %r: %s", queue, exc)
             await asyncio.sleep(interval)
+
+    def workers(self, queue: str) -> int:
+        """How many workers poll `queue`, as last read from the server (at least this one)."""
+        assert self._pollers is not None
+        return max(self._pollers.get(queue, 1), 1)
+
+    async def count_workers(self) -> None:
+        """Read how many workers poll each served queue (before this one polls: the others,
+        plus this one)."""
+        assert self._pollers is not None
+        for queue in self.queues.values():
+            with contextlib.suppress(RPCError, ConfigError):
+                others = (await read_limit(self.client, queue)).pollers
+                self._pollers[queue] = others + 1
 
     async def restore_if_due(self, queue: str) -> bool:
         """Give `queue` back its rate when its pause has run out. True when it did."""
         current = await read_limit(self.client, queue)
+        assert self._pollers is not None
+        if self._pollers.get(queue) != max(current.pollers, 1):
+            log.info("queue %r: %d worker(s) polling it", queue, current.pollers)
+        self._pollers[queue] = max(current.pollers, 1)
         if current.pushback is None or current.pushback.until > self.clock():
             return False
         await write_rate(self.client, queue, current.pushback.restore)
@@ -124,6 +161,53 @@ class Governor:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class FleetShare(CustomSlotSupplier):
+    """A worker's share of a profile's fleet-wide `concurrency`: the cap divided by the workers
+    polling its queue (at least 1 each), as the server lists them. The server has no
+    concurrency limit of its own; its list of pollers is what the workers agree on. The share
+    follows the list within a `WATCH_INTERVAL`, so the fleet may exceed the cap that long
+    after a worker joins."""
+
+    def __init__(self, cap: int, workers: Callable[[], int], poll: float = 0.02) -> None:
+        self.cap = cap
+        self.workers = workers
+        self.poll = poll
+        self.held = 0  # permits out, used or not
+        # permits out but not yet used (held by a poll, which may wait a minute for a task): at
+        # most one, so a worker that took its share while it was alone, and then learns of
+        # others, runs no more than its new share
+        self.idle = 0
+        self._lock = threading.Lock()  # the SDK may release from another thread
+
+    def share(self) -> int:
+        return max(self.cap // self.workers(), 1)
+
+    async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
+        # polled, not awaited on an event: the share also moves when the server's list of
+        # pollers does, and the SDK may release a permit from another thread
+        while (permit := self.try_reserve_slot(ctx)) is None:  # noqa: ASYNC110
+            await asyncio.sleep(self.poll)
+        return permit
+
+    def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
+        with self._lock:
+            if self.held >= self.share() or self.idle:
+                return None
+            self.held += 1
+            self.idle += 1
+        return SlotPermit()
+
+    def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
+        with self._lock:
+            self.idle = max(self.idle - 1, 0)
+
+    def release_slot(self, ctx: SlotReleaseContext) -> None:
+        with self._lock:
+            self.held = max(self.held - 1, 0)
+            if ctx.slot_info is None:  # never used: its poll ended without a task
+                self.idle = max(self.idle - 1, 0)
 
 
 class ModelQueues(Plugin):
@@ -151,8 +235,11 @@ class ModelQueues(Plugin):
 
     async def run_worker(self, worker: Worker, next: Callable[[Worker], Awaitable[None]]) -> None:
         queues = {name: model_queue(worker.task_queue, name) for name in self.limits}
-        workers = [self._worker(worker, queues[name], lim) for name, lim in self.limits.items()]
         governor = Governor(worker.client, queues)
+        await governor.count_workers()
+        workers = [
+            self._worker(worker, governor, queues[name], lim) for name, lim in self.limits.items()
+        ]
         if self.on_governor is not None:
             self.on_governor(governor)
         watching = asyncio.create_task(governor.watch())
@@ -167,7 +254,9 @@ class ModelQueues(Plugin):
                 await watching
             await governor.aclose()
 
-    def _worker(self, main: Worker, queue: str, limits: ProviderLimits) -> Worker:
+    def _worker(
+        self, main: Worker, governor: Governor, queue: str, limits: ProviderLimits
+    ) -> Worker:
         config = main.config()
         options: dict[str, Any] = {
             "build_id": config.get("build_id"),
@@ -180,6 +269,13 @@ class ModelQueues(Plugin):
         if limits.requests_per_second is not None:
             # declared by every worker; the server enforces it across all of them
             options["max_task_queue_activities_per_second"] = limits.requests_per_second
-        if limits.concurrency is not None:
-            options["max_concurrent_activities"] = limits.concurrency
+        if limits.concurrency is not None:  # the fleet's cap, shared among its workers
+            fixed = FixedSizeSlotSupplier(1)  # no workflows, local activities or Nexus here
+            options["tuner"] = WorkerTuner.create_composite(
+                workflow_supplier=fixed,
+                activity_supplier=FleetShare(limits.concurrency, lambda: governor.workers(queue)),
+                local_activity_supplier=fixed,
+                nexus_supplier=fixed,
+            )
+            options["max_concurrent_activity_task_polls"] = 1  # FleetShare lends one at a time
         return Worker(main.client, task_queue=queue, activities=self.activities, **options)

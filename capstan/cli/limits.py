@@ -56,7 +56,7 @@ def _line(shown: ProfileLimit) -> str:
         declared = configured.requests_per_second
         parts.append(f"declared {declared:g}/s" if declared else "declared no rate")
         if configured.concurrency:
-            parts.append(f"{configured.concurrency} at once per worker")
+            parts.append(f"{configured.concurrency} at once across the fleet")
     parts.append(f"{now.pollers} worker(s) polling {shown.queue}")
     return "; ".join(parts)
 

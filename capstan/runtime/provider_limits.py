@@ -8,8 +8,9 @@ calls a second however many workers and hosts poll it: no coordinator, no databa
 changes the rate at run time with `capstan limits set` (the task queue configuration API, which
 overrides what workers declare) and gives it back to the workers with `capstan limits reset`.
 
-`concurrency` caps the calls one worker process runs at once on that queue (its slots): the
-server has no fleet-wide concurrency limit, so a fleet's cap is workers x concurrency.
+`concurrency` caps the calls the fleet runs at once on that queue: the server has no concurrency
+limit of its own, so each worker takes its share, the cap divided by the workers the server lists
+as polling the queue (at least one each; `capstan.activities.model_queues.FleetShare`).
 
 Example profiles file::
 
@@ -54,7 +55,8 @@ class ProviderLimits(BaseModel):
 
     #: calls a second the server dispatches to all workers together (None: no limit)
     requests_per_second: float | None = Field(None, gt=0, le=100_000)
-    #: calls one worker process runs at once on this profile's queue (None: the worker's)
+    #: calls the fleet runs at once on this profile's queue, shared among its workers (None: no
+    #: cap but each worker's slots)
     concurrency: int | None = Field(None, ge=1, le=10_000)
 
 

@@ -133,6 +133,9 @@ class FakeProvider:
     answered_at: list[float] = field(default_factory=list)
     throttled: int = 0
     refused_at: list[float] = field(default_factory=list)
+    #: requests being answered right now, and the most there were at once
+    in_flight: int = 0
+    most_in_flight: int = 0
 
     def __post_init__(self) -> None:
         self._window: collections.deque[float] = collections.deque()
@@ -309,14 +312,22 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_error(404)
             return
-        answer = self.fake.reply_for(body, api)
-        if answer.hold:
-            threading.Event().wait(answer.hold)
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            if answer.events is not None:
-                self._stream(answer)
-            else:
-                self._send(answer)
+        fake = self.fake
+        with fake._lock:
+            fake.in_flight += 1
+            fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
+        try:
+            answer = fake.reply_for(body, api)
+            if answer.hold:
+                threading.Event().wait(answer.hold)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                if answer.events is not None:
+                    self._stream(answer)
+                else:
+                    self._send(answer)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
 
     def _send(self, answer: _Answer) -> None:
         self.send_response(answer.status)

@@ -49,10 +49,17 @@ def calls(n: int) -> Any:
     return script
 
 
-def limits_file(where: Path, rate: float | None, *, free: FakeProvider | None = None) -> Path:
+def limits_file(
+    where: Path,
+    rate: float | None,
+    *,
+    concurrency: int | None = None,
+    free: FakeProvider | None = None,
+) -> Path:
     """A profiles file limiting the `default` profile (and, with `free`, a `free` profile on
     the same fake with no limits, the control)."""
     text = "[limits.default]\n" + (f"requests_per_second = {rate}\n" if rate else "")
+    text += f"concurrency = {concurrency}\n" if concurrency else ""
     if free is not None:
         text += (
             f'[profiles.free]\nprovider = "openai"\nmodel = "fake"\nbase_url = "{free.base_url}"\n'
@@ -109,23 +116,26 @@ async def run_all(client: CapstanClient, specs: list[RunSpec]) -> list[TerminalR
 async def test_a_profiles_rate_holds_across_two_worker_processes(
     agent: Agent, tmp_path: Path, workers: list[subprocess.Popen[bytes]]
 ) -> None:
-    """Two worker processes each declare 4 calls a second for `default`: the server holds the
-    fleet to 4 (not 8), so a provider allowing 4 a second rarely pushes back, while the same
-    work on an unlimited profile is refused over and over. `capstan limits` shows, overrides
-    and resets the rate while the workers run."""
+    """Two worker processes each declare 4 calls a second and 2 at once for `default`: the
+    server holds the fleet to 4 a second (not 8) and each worker takes one of the 2, so a
+    provider allowing 4 a second rarely pushes back and never sees more than 2 calls at once,
+    while the same work on an unlimited profile is refused over and over, many at once.
+    `capstan limits` shows, overrides and resets the rate while the workers run."""
     settings = agent.settings
     queue = model_queue(settings.task_queue, "default")
-    with FakeProvider(calls(3), rate_limit=4) as fake:
-        profiles = limits_file(tmp_path, 4, free=fake)
+    with FakeProvider(calls(3), rate_limit=4, latency=0.3) as fake:
+        profiles = limits_file(tmp_path, 4, concurrency=2, free=fake)
         workers += [start_worker(settings, fake, profiles) for _ in range(2)]
 
         async def both_polling() -> bool:
             return (await read_limit(agent.temporal, queue)).pollers >= 2
 
         await until(both_polling)
+        await asyncio.sleep(2.5)  # each worker has counted the other (once a second)
         specs = [RunSpec(task=f"paced {i}", max_steps=5, tuning=FAST) for i in range(12)]
         assert await run_all(agent.client, specs) == [TerminalReason.COMPLETED] * 12
         paced_refusals, paced_calls = fake.throttled, len(fake.answered_at)
+        paced_at_once, fake.most_in_flight = fake.most_in_flight, 0
 
         env = {"CAPSTAN_PROFILES": str(profiles)}
         shown = run_cli(settings, "limits", "show", "--json", env=env)
@@ -137,6 +147,7 @@ async def test_a_profiles_rate_holds_across_two_worker_processes(
             "workers",
             2,
         )
+        assert row["configured"] == {"requests_per_second": 4.0, "concurrency": 2}
         changed = run_cli(settings, "limits", "set", "default", "--rps", "2.5", env=env)
         assert changed.returncode == 0, changed.stderr
         now = await read_limit(agent.temporal, queue)
@@ -153,12 +164,14 @@ async def test_a_profiles_rate_holds_across_two_worker_processes(
             RunSpec(task=f"free {i}", model="free", max_steps=5, tuning=FAST) for i in range(12)
         ]
         assert await run_all(agent.client, free) == [TerminalReason.COMPLETED] * 12
-        free_refusals = fake.throttled
+        free_refusals, free_at_once = fake.throttled, fake.most_in_flight
     print(f"paced: {paced_refusals} refused of {paced_calls}; free: {free_refusals} refused")
     assert paced_calls >= 36
     # paced: at most the server's first burst is refused; unpaced: far more
     assert paced_refusals <= 12, (paced_refusals, free_refusals)
     assert free_refusals >= 2 * paced_refusals + 6, (paced_refusals, free_refusals)
+    assert paced_at_once <= 2, (paced_at_once, free_at_once)
+    assert free_at_once >= 6, (paced_at_once, free_at_once)
 
 
 async def test_a_run_the_provider_keeps_refusing_waits_for_capacity(

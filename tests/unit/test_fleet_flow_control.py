@@ -597,3 +597,39 @@ def test_limits_set_refuses_a_zero_rate_before_it_connects(tmp_path: Path) -> No
     assert errors[0] == done.stderr.strip().splitlines()[-1]
     assert "--rps" in errors[0]
     assert "127.0.0.1:1" not in done.stderr
+
+
+# A fleet-wide concurrency cap, shared by the workers the server lists ----------------------
+
+
+class _Slot:
+    """What the SDK passes to a slot supplier (only `slot_info` is read)."""
+
+    def __init__(self, used: bool) -> None:
+        self.slot_info = object() if used else None
+
+
+def test_a_workers_share_of_the_cap_follows_the_workers_polling() -> None:
+    from capstan.activities.model_queues import FleetShare
+
+    workers = [1]
+    share = FleetShare(4, lambda: workers[0])
+    ctx: Any = None
+    permits = []
+    for _ in range(4):  # alone: the whole cap, one unused permit at a time
+        permit = share.try_reserve_slot(ctx)
+        assert permit is not None
+        assert share.try_reserve_slot(ctx) is None  # the first is still waiting for a task
+        share.mark_slot_used(ctx)
+        permits.append(permit)
+    assert share.try_reserve_slot(ctx) is None  # 4 of 4 in use
+    workers[0] = 3  # two more workers joined: this one's share is 4 // 3 = 1
+    for _ in range(3):
+        share.release_slot(_Slot(used=True))  # type: ignore[arg-type]
+    assert share.held == 1 and share.try_reserve_slot(ctx) is None
+    share.release_slot(_Slot(used=True))  # type: ignore[arg-type]
+    assert share.try_reserve_slot(ctx) is not None
+    share.release_slot(_Slot(used=False))  # type: ignore[arg-type]  # its poll ended empty
+    assert (share.held, share.idle) == (0, 0)
+    workers[0] = 9  # more workers than the cap: each still takes one
+    assert share.share() == 1
