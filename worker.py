@@ -23,6 +23,7 @@ from datetime import timedelta
 import httpx
 from opentelemetry.trace import TracerProvider
 from temporalio.client import Client
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from capstan.activities.compaction import CompactionActivities
@@ -42,6 +43,11 @@ from capstan.host.sdk_shortcuts import install as install_sdk_shortcuts
 from capstan.runtime.blobs import blob_store_for, content_store_for
 from capstan.runtime.config import Settings
 from capstan.runtime.connect import connect_temporal
+from capstan.runtime.deployments import (
+    check_joins,
+    deployment_options,
+    make_current_if_first,
+)
 from capstan.runtime.embedded import EmbeddedServer
 from capstan.runtime.local_model import local_model_env
 from capstan.runtime.telemetry import Instruments, configure_from_env
@@ -113,8 +119,9 @@ def build_worker(
     options: dict[str, object] = {
         # a run whose worker died moves to another worker's queue after this long (recovery)
         "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
-        # given, not computed: the SDK's default hashes every loaded module (~0.6 s at start)
-        "build_id": config.build_id,
+        # given, not computed: the SDK's default hashes every loaded module (~0.6 s at start);
+        # with CAPSTAN_DEPLOYMENT, a pinned version of that Worker Deployment
+        **deployment_options(settings.deployment, config.build_id),
         # a cached run costs ~150 KB; an evicted one is replayed from history when it next
         # moves (~10 ms for a short history), so a run parked for a person costs ~6 KB here
         "max_cached_workflows": settings.max_cached_runs,  # CAPSTAN_MAX_CACHED_RUNS
@@ -180,6 +187,7 @@ async def run_worker(settings: Settings, stop: asyncio.Event | None = None) -> N
             temporal_for(settings) as client,
             httpx.AsyncClient() as http,
         ):
+            await check_joins(client, settings.task_queue, settings.deployment)
             grace = timedelta(seconds=settings.shutdown_grace)
             runs = RunCache()
             releasers: list[Releaser] = []  # the activities' (the model calls' caches)
@@ -218,6 +226,8 @@ async def _poll_until(
             }
         )
         log.info("worker polling task queue %r", settings.task_queue)
+        if settings.deployment is not None:
+            await _join_deployment(client, settings, worker)
         releasing = _release_idle_memory(settings.idle_release, runs, releasers)
         try:
             await stop.wait()
@@ -227,6 +237,22 @@ async def _poll_until(
         health.draining = True
         log.info("draining: no new tasks; running activities get %gs", settings.shutdown_grace)
     log.info("worker stopped")
+
+
+async def _join_deployment(client: Client, settings: Settings, worker: Worker) -> None:
+    """Say which version this worker is; make it current when its deployment has none yet."""
+    deployment = settings.deployment
+    assert deployment is not None
+    build = worker.config().get("deployment_config")
+    build_id = build.version.build_id if build is not None else ""
+    try:
+        first = await make_current_if_first(client, deployment, build_id, settings.identity)
+    except (RPCError, CapstanError) as exc:  # the worker serves its runs all the same
+        log.warning("deployment %r: could not check its current build: %s", deployment, exc)
+        first = False
+    if first:
+        log.info("deployment %r: %s is its first build, now current", deployment, build_id)
+    log.info("worker is build %r of deployment %r (runs pinned to it)", build_id, deployment)
 
 
 def _release_idle_memory(

@@ -34,6 +34,7 @@ from temporalio.worker import Plugin, ReplayerConfig, Worker, WorkerConfig
 
 from capstan.activities.providers.secrets import Scrubber
 from capstan.core.notifications import delivery_queue
+from capstan.runtime.deployments import versioned
 
 __all__ = [
     "MAX_CONCURRENT",
@@ -141,7 +142,7 @@ class DeliveryWorker(Plugin):
             activities=[self.activity],
             max_concurrent_activities=MAX_CONCURRENT,
             max_concurrent_activity_task_polls=2,
-            build_id=config.get("build_id"),
+            **versioned(config),
             graceful_shutdown_timeout=config.get("graceful_shutdown_timeout") or timedelta(),
             max_heartbeat_throttle_interval=config.get(
                 "max_heartbeat_throttle_interval", timedelta(seconds=1)

@@ -45,6 +45,7 @@ from temporalio.worker import (
 
 from capstan.core.errors import ConfigError
 from capstan.core.models import model_queue
+from capstan.runtime.deployments import versioned
 from capstan.runtime.provider_limits import ProviderLimits
 from capstan.runtime.queue_config import Pushback, read_limit, write_rate
 
@@ -259,7 +260,7 @@ class ModelQueues(Plugin):
     ) -> Worker:
         config = main.config()
         options: dict[str, Any] = {
-            "build_id": config.get("build_id"),
+            **versioned(config),
             "graceful_shutdown_timeout": config.get("graceful_shutdown_timeout") or timedelta(),
             "max_heartbeat_throttle_interval": config.get(
                 "max_heartbeat_throttle_interval", timedelta(seconds=1)

@@ -24,6 +24,7 @@ from temporalio.exceptions import (
     TimeoutError,
     is_cancelled_exception,
 )
+from temporalio.workflow import ContinueAsNewVersioningBehavior
 
 with workflow.unsafe.imports_passed_through():
     from capstan.core import (
@@ -152,7 +153,11 @@ class AgentWorkflow:
                 if isinstance(effect, ContinueAsNew):
                     await workflow.wait_condition(workflow.all_handlers_finished)
                     carried = loop.carry_over(self.state)
-                    workflow.continue_as_new(AgentInput(spec=start.spec, carried=carried))
+                    # a pinned run (CAPSTAN_DEPLOYMENT) moves to the current build here
+                    workflow.continue_as_new(
+                        AgentInput(spec=start.spec, carried=carried),
+                        initial_versioning_behavior=ContinueAsNewVersioningBehavior.AUTO_UPGRADE,
+                    )
                 self._announce_requests()
                 if isinstance(effect, AwaitInput):
                     self._gauge_waiting()

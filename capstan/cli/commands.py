@@ -74,6 +74,10 @@ COMMANDS: Mapping[str, CommandEntry] = {
     "thread": CommandEntry(
         "conversations that go on across runs: ls, show, send", ("capstan.cli.thread",)
     ),
+    "deploy": CommandEntry(
+        "worker deployments: status, promote a build, drain the old one",
+        ("capstan.cli.deploy",),
+    ),
     "limits": CommandEntry(
         "provider limits the server enforces for every worker: show, set, reset",
         ("capstan.cli.limits",),

@@ -85,6 +85,6 @@ def load_worker_config(
         registry=registry,
         mcp=mcp,
         hooks=hooks,
-        build_id=build_id(),
+        build_id=settings.build_id or build_id(),
         limits=limits,
     )

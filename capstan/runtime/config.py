@@ -68,6 +68,15 @@ class Settings(EnvSettings):
 
     data_dir: Path = Field(Path(".capstan"), validation_alias="CAPSTAN_DATA_DIR")
     task_queue: str = Field("capstan", validation_alias="CAPSTAN_TASK_QUEUE", min_length=1)
+    #: the Worker Deployment the worker joins (None: versioning off): each run stays on the
+    #: build that started it and moves to the current one when it continues as new
+    deployment: str | None = Field(
+        None, validation_alias="CAPSTAN_DEPLOYMENT", min_length=1, pattern=r"^[^/\s]+$"
+    )
+    #: the worker's build id (None: Capstan's version and a hash of the run-deciding code)
+    build_id: str | None = Field(
+        None, validation_alias="CAPSTAN_BUILD_ID", min_length=1, pattern=r"^[^/\s]+$"
+    )
     workspace: Path | None = Field(None, validation_alias="CAPSTAN_WORKSPACE")
     tools_module: str | None = Field(None, validation_alias="CAPSTAN_TOOLS")
     embedded_port: int = Field(
