@@ -308,3 +308,30 @@ def test_the_overlay_lands_where_kustomize_puts_it() -> None:
     assert {**base_hpa["spec"], **patch} == hpa
     owned = [d for d in docs if d["kind"] != "Namespace"]
     assert all(d["metadata"]["labels"]["app.kubernetes.io/part-of"] == "capstan" for d in owned)
+
+
+def test_a_build_overlay_is_a_deployment_version_of_its_own() -> None:
+    """`overlays/build`: one build's workers as a version of the Worker Deployment, beside
+    other builds' (issue 31): every object named and labelled for the build, the pods selected
+    by it (two builds' Deployments never adopt each other's pods), the worker told its
+    deployment and build id (matching its image), and no second codec server."""
+    overlay = DEPLOY / "k8s" / "overlays" / "build"
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    suffix = kustomization["nameSuffix"]
+    build = suffix.removeprefix("-")
+    docs = render(overlay)
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert {d["kind"] for d in docs} >= {"Deployment", "HorizontalPodAutoscaler"}
+    assert all(d["metadata"]["name"].endswith(suffix) for d in docs)
+    assert all(d["metadata"]["labels"]["capstan.dev/build"] == build for d in docs)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["spec"]["selector"]["matchLabels"]["capstan.dev/build"] == build
+    (worker,) = containers(deployment)
+    env = {e["name"]: e["value"] for e in worker["env"] if "value" in e}
+    settings = Settings.from_env(env)
+    assert (settings.deployment, settings.build_id) == ("capstan", build)
+    assert worker["image"].endswith(f":{build}")
+    hpa = by_kind(docs, "HorizontalPodAutoscaler", f"capstan-worker{suffix}")
+    assert hpa["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert "capstan-codec-server" not in {d["metadata"]["name"].removesuffix(suffix) for d in docs}
