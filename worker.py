@@ -226,14 +226,18 @@ async def _poll_until(
             }
         )
         log.info("worker polling task queue %r", settings.task_queue)
-        if settings.deployment is not None:
-            await _join_deployment(client, settings, worker)
+        joining = (
+            asyncio.create_task(_join_deployment(client, settings, worker))
+            if settings.deployment is not None
+            else None
+        )
         releasing = _release_idle_memory(settings.idle_release, runs, releasers)
         try:
             await stop.wait()
         finally:
-            if releasing is not None:
-                releasing.cancel()
+            for task in (releasing, joining):
+                if task is not None:
+                    task.cancel()
         health.draining = True
         log.info("draining: no new tasks; running activities get %gs", settings.shutdown_grace)
     log.info("worker stopped")
@@ -246,7 +250,9 @@ async def _join_deployment(client: Client, settings: Settings, worker: Worker) -
     build = worker.config().get("deployment_config")
     build_id = build.version.build_id if build is not None else ""
     try:
-        first = await make_current_if_first(client, deployment, build_id, settings.identity)
+        first = await make_current_if_first(
+            client, deployment, build_id, settings.identity, settings.task_queue
+        )
     except (RPCError, CapstanError) as exc:  # the worker serves its runs all the same
         log.warning("deployment %r: could not check its current build: %s", deployment, exc)
         first = False

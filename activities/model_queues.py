@@ -117,17 +117,23 @@ class Governor:
             await asyncio.sleep(max(slowed.until - self.clock(), 0.0))
             await self.restore_if_due(queue)
         except (RPCError, ConfigError) as exc:
+            assert self._paused_until is not None
+            self._paused_until.pop(profile, None)  # the next 429 tries again
             log.warning("could not slow queue %r after a 429: %s", queue, exc)
 
     async def watch(self, interval: float = WATCH_INTERVAL) -> None:
         """Restore every served queue whose pause has run out, whoever paused it, and count
         the workers polling each (their share of a fleet-wide `concurrency`: `FleetShare`)."""
+        said: dict[str, str] = {}  # each queue's last problem, said once until it changes
         while True:
             for queue in self.queues.values():
                 try:
                     await self.restore_if_due(queue)
-                except (RPCError, ConfigError) as exc:
-                    log.warning("could not read queue %r: %s", queue, exc)
+                    said.pop(queue, None)
+                except Exception as exc:  # the watch outlives any one failed read
+                    if said.get(queue) != str(exc):
+                        log.warning("could not read queue %r: %s", queue, exc)
+                    said[queue] = str(exc)
             await asyncio.sleep(interval)
 
     def workers(self, queue: str) -> int:

@@ -436,6 +436,8 @@ class AgentWorkflow:
         chain = self.state.context.model_chain
         if chain is not None and self.state.context.model_index + 1 < len(chain.models):
             return False  # the loop switches to the next model (`context.on_model_failed`)
+        if workflow.info().is_continue_as_new_suggested():
+            return False  # days of refusals: end `model_error` before the history's limits
         return patched(Patch.PROVIDER_CAPACITY)
 
     async def _execute(self, name: ActivityName, arg: Any, timeout: float | None = None) -> Any:

@@ -30,14 +30,14 @@ def _percentage(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from None
-    if not (math.isfinite(value) and 0 < value < 100):
-        raise argparse.ArgumentTypeError(f"{text}: a ramp is above 0 and below 100 percent")
+    if not (math.isfinite(value) and 0 <= value < 100):
+        raise argparse.ArgumentTypeError(f"{text}: a ramp is 0 (none) up to below 100 percent")
     return value
 
 
 async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    name = _name(args, settings)  # before connecting: a missing name is its own line
     client = await _client(settings)
-    name = _name(args, settings)
     view = await describe_deployment(client.client, name, settings.task_queue)
     if args.json:
         print_json(
@@ -60,8 +60,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
+    name = _name(args, settings)  # before connecting: a missing name is its own line
     client = await _client(settings)
-    name = _name(args, settings)
     await promote(client.client, name, args.build, args.ramp, identity=settings.identity)
     if args.ramp is None:
         print(f"deployment {name}: {args.build} is current; new runs start on it")
@@ -72,8 +72,8 @@ async def cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
 
 async def cmd_drain(args: argparse.Namespace, settings: Settings) -> int:
     """Exit 0 when the build is drained (its workers may stop), 1 while runs are pinned to it."""
+    name = _name(args, settings)  # before connecting: a missing name is its own line
     client = await _client(settings)
-    name = _name(args, settings)
     version = await drained(client.client, name, args.build, settings.task_queue)
     if version.open_runs == 0:
         print(f"deployment {name}: {args.build} is drained; its workers may stop")

@@ -107,7 +107,7 @@ def register(parsers: Parsers) -> None:
     actions = p.add_subparsers(dest="limits_action")
     q = actions.add_parser("show", help="each limited profile's rate now, and why")
     q.add_argument("profiles", nargs="*", metavar="PROFILE")
-    q.add_argument("--json", action="store_true")
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS)
     q.set_defaults(fn=cmd_show)
     q = actions.add_parser("set", help="set a profile's rate for the whole fleet (overrides)")
     q.add_argument("profile")

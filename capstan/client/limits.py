@@ -8,9 +8,9 @@ Example::
         print(shown.profile, shown.now.rate, shown.now.source)
     await limits.reset("main")              # back to what the workers' [limits.main] says
 
-The profiles come from the profiles file (`CAPSTAN_PROFILES`) when this process has it, else
-from the queues the workers serve. What the server enforces, and why, is
-`capstan.runtime.queue_config`.
+`show()` lists the profiles with limits in the profiles file (`CAPSTAN_PROFILES`) this process
+has; any other profile is shown or changed when named and a worker serves its queue. What the
+server enforces, and why, is `capstan.runtime.queue_config`.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ class Limits:
         return queue
 
     def _unknown(self, profile: str, configured: dict[str, ProviderLimits]) -> str:
-        problem = limits_problem(profile, configured) if configured else None
+        path = ModelSettings.from_env().profiles_file
+        problem = limits_problem(profile, ["default", *_profiles_in(path)]) if path else None
         queue = self.queue(profile)
         return (
             f"profile {profile!r} has no limits: "

@@ -30,6 +30,7 @@ from temporalio.client import (
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowHandle,
+    WorkflowQueryFailedError,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
 )
@@ -269,7 +270,9 @@ class CapstanClient:
             return await self._closed_status(run_id, desc)
         status: RunStatus | None = None
         if await self.workers_polling():
-            with contextlib.suppress(RPCError, TimeoutError):
+            # no answer, a worker that cannot replay the run (WorkflowQueryFailedError): the
+            # run is read from its history instead
+            with contextlib.suppress(RPCError, TimeoutError, WorkflowQueryFailedError):
                 status = await asyncio.wait_for(
                     self.handle(run_id).query(Query.STATUS.value, result_type=RunStatus),
                     query_timeout,
@@ -294,7 +297,9 @@ class CapstanClient:
         from history (the conversation up to the last model reply plus tool results since)."""
         await self.describe(run_id)
         if await self.workers_polling():
-            with contextlib.suppress(RPCError, TimeoutError):
+            # no answer, a worker that cannot replay the run (WorkflowQueryFailedError): the
+            # run is read from its history instead
+            with contextlib.suppress(RPCError, TimeoutError, WorkflowQueryFailedError):
                 view: TranscriptView = await asyncio.wait_for(
                     self.handle(run_id).query(Query.TRANSCRIPT.value, result_type=TranscriptView),
                     query_timeout,
@@ -376,7 +381,9 @@ class CapstanClient:
         if desc.status != WorkflowExecutionStatus.RUNNING:
             return PendingView(run_id=run_id)
         if await self.workers_polling():
-            with contextlib.suppress(RPCError, TimeoutError):
+            # no answer, a worker that cannot replay the run (WorkflowQueryFailedError): the
+            # run is read from its history instead
+            with contextlib.suppress(RPCError, TimeoutError, WorkflowQueryFailedError):
                 view: PendingView = await asyncio.wait_for(
                     self.handle(run_id).query(Query.PENDING.value, result_type=PendingView),
                     query_timeout,

@@ -71,11 +71,11 @@ class Settings(EnvSettings):
     #: the Worker Deployment the worker joins (None: versioning off): each run stays on the
     #: build that started it and moves to the current one when it continues as new
     deployment: str | None = Field(
-        None, validation_alias="CAPSTAN_DEPLOYMENT", min_length=1, pattern=r"^[^/\s]+$"
+        None, validation_alias="CAPSTAN_DEPLOYMENT", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$"
     )
     #: the worker's build id (None: Capstan's version and a hash of the run-deciding code)
     build_id: str | None = Field(
-        None, validation_alias="CAPSTAN_BUILD_ID", min_length=1, pattern=r"^[^/\s]+$"
+        None, validation_alias="CAPSTAN_BUILD_ID", pattern=r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,254}$"
     )
     workspace: Path | None = Field(None, validation_alias="CAPSTAN_WORKSPACE")
     tools_module: str | None = Field(None, validation_alias="CAPSTAN_TOOLS")

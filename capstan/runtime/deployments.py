@@ -180,29 +180,46 @@ async def drained(client: Client, name: str, build_id: str, task_queue: str) -> 
     version = next((v for v in view.versions if v.build_id == build_id), None)
     if version is None:
         raise DeploymentError(f"deployment {name!r} has no build {build_id!r}")
-    if version.status in ("current", "ramping"):
+    if build_id in (view.current, view.ramping) or version.status in ("current", "ramping"):
+        state = "current" if build_id == view.current else "ramping"
         raise DeploymentError(
-            f"build {build_id!r} is the {version.status} version of {name!r}: promote another "
+            f"build {build_id!r} is the {state} version of {name!r}: promote another "
             "build before draining it"
         )
     return version
 
 
-async def make_current_if_first(client: Client, name: str, build_id: str, identity: str) -> bool:
+async def make_current_if_first(
+    client: Client, name: str, build_id: str, identity: str, task_queue: str
+) -> bool:
     """Make `build_id` current when the deployment has no current version yet (its first
-    build: no command needed for a fresh deployment). True when it did."""
+    build: no command needed for a fresh deployment). True when it did. Not while workers
+    without a deployment still poll `task_queue`: their open runs would move to this build
+    (promote it with `capstan deploy promote` once they are gone)."""
     for _ in range(30):  # the version registers with the worker's first polls
         try:
             view = await describe_deployment(client, name, "")
             if view.current is not None:
                 return False
+            if (await _pollers_by_build(client, task_queue)).get("", 0):
+                return False
             if build_id in {v.build_id for v in view.versions}:
                 await promote(client, name, build_id, identity=identity)
                 return True
-        except (DeploymentError, RPCError):
-            pass  # not registered yet, or the server asks to slow down
+        except DeploymentError as exc:
+            if not _retryable(exc):
+                raise
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
+                raise
         await asyncio.sleep(1.0)  # the server rate-limits a deployment's requests
     return False
+
+
+def _retryable(exc: DeploymentError) -> bool:
+    """Not registered yet, or the server asks to slow down: worth another try."""
+    text = str(exc)
+    return "not found" in text or "busy" in text
 
 
 async def check_joins(client: Client, task_queue: str, deployment: str | None) -> None:
@@ -232,11 +249,14 @@ async def check_joins(client: Client, task_queue: str, deployment: str | None) -
 
 
 async def _open_runs(client: Client, name: str, build_id: str) -> int:
+    """Open runs pinned to the build (visibility; names and build ids hold no quote)."""
     query = f"TemporalWorkerDeploymentVersion = '{name}:{build_id}' AND ExecutionStatus = 'Running'"
     try:
         return (await client.count_workflows(query)).count
-    except RPCError:
-        return 0
+    except RPCError as exc:  # never "none" when unknown: a drain would stop the old workers
+        raise DeploymentError(
+            f"cannot count the runs pinned to {build_id!r}: {exc.message}"
+        ) from None
 
 
 async def _pollers_by_build(client: Client, task_queue: str) -> dict[str, int]:
@@ -251,18 +271,19 @@ async def _pollers_by_build(client: Client, task_queue: str) -> dict[str, int]:
         answer = await client.workflow_service.describe_task_queue(request)
     except RPCError:
         return {}
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = {}  # "" counts the workers without a deployment
     for poller in answer.pollers:
         build = poller.deployment_options.build_id
-        if build:
-            counts[build] = counts.get(build, 0) + 1
+        counts[build] = counts.get(build, 0) + 1
     return counts
 
 
 def _refused(exc: RPCError, what: str) -> Exception:
     if exc.status == RPCStatusCode.NOT_FOUND:
         return DeploymentError(f"{what}: not found (no worker of it has polled yet)")
-    if exc.status in (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED):
+    if exc.status == RPCStatusCode.PERMISSION_DENIED:
+        return DeploymentError(f"{what}: not allowed ({exc.message})")
+    if exc.status == RPCStatusCode.UNIMPLEMENTED:
         return DeploymentError(
             f"{what}: this Temporal server has no Worker Deployments ({exc.message}); they need "
             "Temporal server 1.28 or later"

@@ -180,7 +180,9 @@ async def write_rate(
 
 
 def _unsupported(exc: RPCError) -> Exception:
-    if exc.status in (RPCStatusCode.UNIMPLEMENTED, RPCStatusCode.PERMISSION_DENIED):
+    if exc.status == RPCStatusCode.PERMISSION_DENIED:
+        return ConfigError(f"not allowed to read or set task queue rate limits: {exc.message}")
+    if exc.status == RPCStatusCode.UNIMPLEMENTED:
         return ConfigError(
             "this Temporal server cannot set task queue rate limits "
             f"({exc.message}); provider limits need Temporal server 1.28 or later with the task "

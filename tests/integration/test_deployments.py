@@ -140,6 +140,11 @@ async def test_a_new_build_takes_new_runs_and_parked_runs_move_at_their_next_exe
         current = run_cli(settings, "deploy", "drain", "v2", env=env)
         assert current.returncode == 2 and "current version" in current.stderr
 
+        unversioned = start_worker(settings, fake, "v9", None, "worker")
+        assert unversioned.wait(timeout=60) == 2  # one line, at start: it would get no task
+        log = (settings.data_dir / "worker-v9.log").read_text()
+        assert f"set CAPSTAN_DEPLOYMENT={deployment}" in log and "Traceback" not in log
+
         fresh = await client.start_run(RunSpec(task="fresh"))
         await wait_pending(client, fresh, timeout=60)
         assert await pinned_build(client, fresh) == "v2"

@@ -171,7 +171,7 @@ async def test_a_profiles_rate_holds_across_two_worker_processes(
     assert paced_refusals <= 12, (paced_refusals, free_refusals)
     assert free_refusals >= 2 * paced_refusals + 6, (paced_refusals, free_refusals)
     assert paced_at_once <= 2, (paced_at_once, free_at_once)
-    assert free_at_once >= 6, (paced_at_once, free_at_once)
+    assert free_at_once >= 4, (paced_at_once, free_at_once)  # unpaced: past the cap
 
 
 async def test_a_run_the_provider_keeps_refusing_waits_for_capacity(
