@@ -169,6 +169,15 @@ class ModelActivities:
         when it starts serving their queues)."""
         self.on_pushback = governor.pushback
 
+    def _budget_spent(self, profile: str, reply: ProviderReply) -> None:
+        """The provider says its tokens-per-minute budget has less left than this call took:
+        slow the fleet until it resets, before the next calls run into a 429."""
+        left, reset = reply.tokens_remaining, reply.tokens_reset
+        if left is None or reset is None or self.on_pushback is None or profile not in self.limited:
+            return
+        if left < max(reply.usage.input_tokens + reply.usage.output_tokens, 1):
+            self.on_pushback(profile, reset)
+
     def _pushed_back(self, profile: str, exc: ApplicationError) -> None:
         """Tell the fleet's governor that the provider of a limited profile pushed back."""
         if exc.type != ModelErrorKind.RATE_LIMITED or self.on_pushback is None:
@@ -266,6 +275,7 @@ class ModelActivities:
             except ApplicationError as exc:
                 self._pushed_back(profile.name, exc)
                 raise
+            self._budget_spent(profile.name, reply)
             span.set_attributes(
                 {
                     "gen_ai.response.model": reply.model,

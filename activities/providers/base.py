@@ -66,6 +66,10 @@ class ProviderReply(BaseModel):
     usage: Usage = Usage()
     stop_reason: str = "stop"
     model: str = ""
+    #: the provider's tokens-per-minute budget left and its reset, where its headers state them
+    #: (`capstan.activities.providers.token_budget`)
+    tokens_remaining: int | None = None
+    tokens_reset: float | None = None
 
 
 class ChatAdapter(Protocol):

@@ -14,6 +14,7 @@ import httpx
 from capstan.activities.providers.base import ProviderReply
 from capstan.activities.providers.errors import error_for_response, error_for_transport, malformed
 from capstan.activities.providers.profiles import Profile
+from capstan.activities.providers.token_budget import token_budget
 
 __all__ = ["HttpAdapter"]
 
@@ -56,10 +57,16 @@ class HttpAdapter:
                 raise error_for_response(response, text, self.secrets)
             streamed = "text/event-stream" in response.headers.get("content-type", "")
             try:
-                return await read(response, streamed)
+                reply = await read(response, streamed)
             except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
                 # JSON errors are ValueErrors; the rest are reply shapes we did not expect
                 raise malformed(f"{type(exc).__name__}: {exc}") from None
+            budget = token_budget(response.headers)
+            if budget is None:
+                return reply
+            return reply.model_copy(
+                update={"tokens_remaining": budget.remaining, "tokens_reset": budget.reset_seconds}
+            )
         except httpx.TransportError as exc:
             raise error_for_transport(exc, self.secrets) from None
         finally:

@@ -8,6 +8,10 @@ calls a second however many workers and hosts poll it: no coordinator, no databa
 changes the rate at run time with `capstan limits set` (the task queue configuration API, which
 overrides what workers declare) and gives it back to the workers with `capstan limits reset`.
 
+A provider's tokens per minute are kept where its replies state them: a reply saying fewer tokens
+are left than the call took slows the queue until the stated reset
+(`capstan.activities.providers.token_budget`).
+
 `concurrency` caps the calls the fleet runs at once on that queue: the server has no concurrency
 limit of its own, so each worker takes its share, the cap divided by the workers the server lists
 as polling the queue (at least one each; `capstan.activities.model_queues.FleetShare`).

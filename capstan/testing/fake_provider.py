@@ -129,6 +129,8 @@ class FakeProvider:
     retry_after: float = 1.0
     #: seconds every answered request takes (a model's latency), beside a reply's own `hold`
     latency: float = 0.0
+    #: headers every answered reply carries (a provider stating its token budget, say)
+    reply_headers: dict[str, str] = field(default_factory=dict)
     #: when each request was answered (time.monotonic) and how many got a 429
     answered_at: list[float] = field(default_factory=list)
     throttled: int = 0
@@ -218,7 +220,7 @@ class FakeProvider:
             )
             return _Answer(
                 200,
-                {},
+                dict(self.reply_headers),
                 b"",
                 hold,
                 events[: len(events) // 2] if cut else events,
@@ -226,7 +228,7 @@ class FakeProvider:
                 cut=cut,
             )
         payload = openai_completion(turn) if api == "openai" else anthropic_message(turn)
-        return _Answer(200, {}, json.dumps(payload).encode(), hold)
+        return _Answer(200, dict(self.reply_headers), json.dumps(payload).encode(), hold)
 
     def _within_rate(self) -> bool:
         """Count a request against `rate_limit`: False (a 429) when the last second already
@@ -341,6 +343,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, answer: _Answer) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
+        for key, value in answer.headers.items():
+            self.send_header(key, value)
         events = [
             (f"event: {event}\n" if event else "") + f"data: {data}\n\n"
             for event, data in answer.events or []

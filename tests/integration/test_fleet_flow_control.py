@@ -277,3 +277,29 @@ async def test_the_api_makes_the_tenant_the_fairness_key(agent: Agent) -> None:
         theirs = (await live.client.describe(admin_id)).raw_description.workflow_execution_info
     assert (mine.priority.priority_key, mine.priority.fairness_key) == (4, "acme")
     assert (theirs.priority.priority_key, theirs.priority.fairness_key) == (1, "batch-lane")
+
+
+async def test_a_provider_stating_its_token_budget_is_spent_slows_the_fleet(
+    agent: Agent, tmp_path: Path
+) -> None:
+    """A reply whose headers say fewer tokens are left than the call took (OpenAI's
+    `x-ratelimit-remaining-tokens`) slows the profile's queue on the server until the stated
+    reset, as a 429 would, before the next calls run into one."""
+    env = {"CAPSTAN_PROFILES": str(limits_file(tmp_path, 10))}
+    queue = model_queue(agent.settings.task_queue, "default")
+    with FakeProvider(calls(1)) as fake:
+        fake.reply_headers = {
+            "x-ratelimit-remaining-tokens": "3",
+            "x-ratelimit-reset-tokens": "30s",
+        }
+        async with agent.serving(fake, env=env) as live:
+            result = await live.client.result(await live.client.start_run(RunSpec(task="t")))
+
+            async def slowed() -> bool:
+                return (await read_limit(agent.temporal, queue)).source == "paused"
+
+            await until(slowed, timeout=20)
+            now = await read_limit(agent.temporal, queue)
+    assert result.terminal_reason is TerminalReason.COMPLETED
+    assert now.pushback is not None and now.pushback.restore is None  # back to the workers'
+    assert now.rate == pytest.approx(8.0)  # 0.8 x the declared 10 a second
