@@ -311,11 +311,11 @@ def test_the_overlay_lands_where_kustomize_puts_it() -> None:
 
 
 def test_a_build_overlay_is_a_deployment_version_of_its_own() -> None:
-    """`overlays/build`: one build's workers as a version of the Worker Deployment, beside
+    """`overlays/version`: one build's workers as a version of the Worker Deployment, beside
     other builds' (issue 31): every object named and labelled for the build, the pods selected
     by it (two builds' Deployments never adopt each other's pods), the worker told its
     deployment and build id (matching its image), and no second codec server."""
-    overlay = DEPLOY / "k8s" / "overlays" / "build"
+    overlay = DEPLOY / "k8s" / "overlays" / "version"
     kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
     suffix = kustomization["nameSuffix"]
     build = suffix.removeprefix("-")
