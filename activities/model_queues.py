@@ -71,12 +71,13 @@ class Governor:
     #: until when this worker already paused each profile (no second write for the same 429s)
     _paused_until: dict[str, float] | None = None
     _tasks: set[asyncio.Task[None]] | None = None
-    _pollers: dict[str, int] | None = None  # queue -> workers polling it, as last read
+    # queue -> (this worker's rank among those polling it, how many), as last read
+    _places: dict[str, tuple[int, int]] | None = None
 
     def __post_init__(self) -> None:
         self._paused_until = {}
         self._tasks = set()
-        self._pollers = {}
+        self._places = {}
 
     def pushback(self, profile: str, retry_after: float | None) -> None:
         """A call of `profile` got a 429: slow its queue for the whole fleet until the
@@ -136,27 +137,35 @@ class Governor:
                     said[queue] = str(exc)
             await asyncio.sleep(interval)
 
-    def workers(self, queue: str) -> int:
-        """How many workers poll `queue`, as last read from the server (at least this one)."""
-        assert self._pollers is not None
-        return max(self._pollers.get(queue, 1), 1)
+    def place(self, queue: str) -> tuple[int, int]:
+        """This worker's rank among the workers polling `queue` and how many they are, as
+        last read from the server (alone until read)."""
+        assert self._places is not None
+        return self._places.get(queue, (0, 1))
+
+    def _placed(self, queue: str, identities: tuple[str, ...]) -> None:
+        """Where this worker stands by the server's list (not listed yet: last, one more)."""
+        assert self._places is not None
+        me = self.client.identity
+        place = (
+            (identities.index(me), len(identities))
+            if me in identities
+            else (len(identities), len(identities) + 1)
+        )
+        if self._places.get(queue, (0, 1))[1] != place[1]:
+            log.info("queue %r: %d worker(s) share it", queue, place[1])
+        self._places[queue] = place
 
     async def count_workers(self) -> None:
-        """Read how many workers poll each served queue (before this one polls: the others,
-        plus this one)."""
-        assert self._pollers is not None
+        """Read where this worker stands among those polling each served queue."""
         for queue in self.queues.values():
             with contextlib.suppress(RPCError, ConfigError):
-                others = (await read_limit(self.client, queue)).pollers
-                self._pollers[queue] = others + 1
+                self._placed(queue, (await read_limit(self.client, queue)).identities)
 
     async def restore_if_due(self, queue: str) -> bool:
         """Give `queue` back its rate when its pause has run out. True when it did."""
         current = await read_limit(self.client, queue)
-        assert self._pollers is not None
-        if self._pollers.get(queue) != max(current.pollers, 1):
-            log.info("queue %r: %d worker(s) polling it", queue, current.pollers)
-        self._pollers[queue] = max(current.pollers, 1)
+        self._placed(queue, current.identities)
         if current.pushback is None or current.pushback.until > self.clock():
             return False
         await write_rate(self.client, queue, current.pushback.restore)
@@ -171,15 +180,16 @@ class Governor:
 
 
 class FleetShare(CustomSlotSupplier):
-    """A worker's share of a profile's fleet-wide `concurrency`: the cap divided by the workers
-    polling its queue (at least 1 each), as the server lists them. The server has no
+    """A worker's share of a profile's fleet-wide `concurrency`: the cap divided among the
+    workers polling its queue as the server lists them, the remainder to the first in the
+    list's order, so the shares add up to the cap (at least 1 each). The server has no
     concurrency limit of its own; its list of pollers is what the workers agree on. The share
     follows the list within a `WATCH_INTERVAL`, so the fleet may exceed the cap that long
-    after a worker joins."""
+    after a worker joins. `place()`: this worker's rank in the list and its length."""
 
-    def __init__(self, cap: int, workers: Callable[[], int], poll: float = 0.02) -> None:
+    def __init__(self, cap: int, place: Callable[[], tuple[int, int]], poll: float = 0.02) -> None:
         self.cap = cap
-        self.workers = workers
+        self.place = place
         self.poll = poll
         self.held = 0  # permits out, used or not
         # permits out but not yet used (held by a poll, which may wait a minute for a task): at
@@ -189,7 +199,9 @@ class FleetShare(CustomSlotSupplier):
         self._lock = threading.Lock()  # the SDK may release from another thread
 
     def share(self) -> int:
-        return max(self.cap // self.workers(), 1)
+        rank, workers = self.place()
+        workers = max(workers, 1)
+        return max(self.cap // workers + (1 if rank < self.cap % workers else 0), 1)
 
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
         # polled, not awaited on an event: the share also moves when the server's list of
@@ -280,7 +292,7 @@ class ModelQueues(Plugin):
             fixed = FixedSizeSlotSupplier(1)  # no workflows, local activities or Nexus here
             options["tuner"] = WorkerTuner.create_composite(
                 workflow_supplier=fixed,
-                activity_supplier=FleetShare(limits.concurrency, lambda: governor.workers(queue)),
+                activity_supplier=FleetShare(limits.concurrency, lambda: governor.place(queue)),
                 local_activity_supplier=fixed,
                 nexus_supplier=fixed,
             )

@@ -107,6 +107,8 @@ class QueueLimit:
     pushback: Pushback | None = None
     reason: str = ""
     pollers: int = 0
+    #: the identities of the workers polling it, sorted: where each stands in a shared cap
+    identities: tuple[str, ...] = ()
 
 
 async def read_limit(client: Client, queue: str) -> QueueLimit:
@@ -144,6 +146,7 @@ async def read_limit(client: Client, queue: str) -> QueueLimit:
         pushback=pushback,
         reason=reason,
         pollers=len(answer.pollers),
+        identities=tuple(sorted(p.identity for p in answer.pollers)),
     )
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -612,18 +613,15 @@ class _Slot:
 def test_a_workers_share_of_the_cap_follows_the_workers_polling() -> None:
     from capstan.activities.model_queues import FleetShare
 
-    workers = [1]
-    share = FleetShare(4, lambda: workers[0])
+    place = [(0, 1)]
+    share = FleetShare(4, lambda: place[0])
     ctx: Any = None
-    permits = []
     for _ in range(4):  # alone: the whole cap, one unused permit at a time
-        permit = share.try_reserve_slot(ctx)
-        assert permit is not None
+        assert share.try_reserve_slot(ctx) is not None
         assert share.try_reserve_slot(ctx) is None  # the first is still waiting for a task
         share.mark_slot_used(ctx)
-        permits.append(permit)
     assert share.try_reserve_slot(ctx) is None  # 4 of 4 in use
-    workers[0] = 3  # two more workers joined: this one's share is 4 // 3 = 1
+    place[0] = (2, 3)  # two more workers joined, listed before this one: 4 // 3 = 1 each
     for _ in range(3):
         share.release_slot(_Slot(used=True))  # type: ignore[arg-type]
     assert share.held == 1 and share.try_reserve_slot(ctx) is None
@@ -631,5 +629,29 @@ def test_a_workers_share_of_the_cap_follows_the_workers_polling() -> None:
     assert share.try_reserve_slot(ctx) is not None
     share.release_slot(_Slot(used=False))  # type: ignore[arg-type]  # its poll ended empty
     assert (share.held, share.idle) == (0, 0)
-    workers[0] = 9  # more workers than the cap: each still takes one
+    place[0] = (5, 9)  # more workers than the cap: each still takes one
     assert share.share() == 1
+
+
+def test_the_shares_add_up_to_the_cap() -> None:
+    """The remainder goes to the first workers in the server's list: 8 over 3 is 3, 3, 2."""
+    from capstan.activities.model_queues import FleetShare
+
+    for cap, workers in ((8, 3), (2, 2), (7, 7), (10, 4), (5, 1)):
+        shares = [
+            FleetShare(cap, lambda r=rank, n=workers: (r, n)).share() for rank in range(workers)
+        ]
+        assert sum(shares) == cap, (cap, workers, shares)
+        assert max(shares) - min(shares) <= 1
+
+
+def test_a_worker_not_yet_listed_counts_itself_last() -> None:
+    from capstan.activities.model_queues import Governor
+
+    client: Any = SimpleNamespace(identity="b@host")
+    governor = Governor(client, {"main": "q.model.main"})
+    assert governor.place("q.model.main") == (0, 1)  # before any read: alone
+    governor._placed("q.model.main", ("a@host", "c@host"))
+    assert governor.place("q.model.main") == (2, 3)
+    governor._placed("q.model.main", ("a@host", "b@host", "c@host"))
+    assert governor.place("q.model.main") == (1, 3)
