@@ -27,6 +27,7 @@ from temporalio.api.enums.v1 import TaskQueueType, WorkerDeploymentVersionStatus
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
+    DescribeTaskQueueResponse,
     DescribeWorkerDeploymentRequest,
     SetWorkerDeploymentCurrentVersionRequest,
     SetWorkerDeploymentRampingVersionRequest,
@@ -62,7 +63,12 @@ _STATUS = {
 
 
 class DeploymentError(ConfigError):
-    """A deployment command that cannot be carried out; the message says why in one line."""
+    """A deployment command that cannot be carried out; the message says why in one line.
+    `retryable`: the deployment is not registered yet, or the server asks to slow down."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
 
 
 def deployment_options(deployment: str | None, build_id: str) -> dict[str, Any]:
@@ -207,7 +213,7 @@ async def make_current_if_first(
                 await promote(client, name, build_id, identity=identity)
                 return True
         except DeploymentError as exc:
-            if not _retryable(exc):
+            if not exc.retryable:
                 raise
         except RPCError as exc:
             if exc.status != RPCStatusCode.RESOURCE_EXHAUSTED:
@@ -216,23 +222,11 @@ async def make_current_if_first(
     return False
 
 
-def _retryable(exc: DeploymentError) -> bool:
-    """Not registered yet, or the server asks to slow down: worth another try."""
-    text = str(exc)
-    return "not found" in text or "busy" in text
-
-
 async def check_joins(client: Client, task_queue: str, deployment: str | None) -> None:
     """A worker's deployment against its task queue's: a worker without one on a queue that a
     deployment serves would never get a task (`DeploymentError`, one line, at start)."""
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=task_queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
-    )
-    try:
-        answer = await client.workflow_service.describe_task_queue(request)
-    except RPCError:
+    answer = await _workflow_queue(client, task_queue)
+    if answer is None:
         return  # an older server: no deployments to be at odds with
     serving = answer.versioning_info.current_deployment_version.deployment_name
     if serving and deployment is None:
@@ -259,17 +253,22 @@ async def _open_runs(client: Client, name: str, build_id: str) -> int:
         ) from None
 
 
-async def _pollers_by_build(client: Client, task_queue: str) -> dict[str, int]:
-    if not task_queue:
-        return {}
+async def _workflow_queue(client: Client, task_queue: str) -> DescribeTaskQueueResponse | None:
+    """The server's description of `task_queue`'s workflow side (None: it gives none)."""
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
     )
     try:
-        answer = await client.workflow_service.describe_task_queue(request)
+        return await client.workflow_service.describe_task_queue(request)
     except RPCError:
+        return None
+
+
+async def _pollers_by_build(client: Client, task_queue: str) -> dict[str, int]:
+    answer = await _workflow_queue(client, task_queue) if task_queue else None
+    if answer is None:
         return {}
     counts: dict[str, int] = {}  # "" counts the workers without a deployment
     for poller in answer.pollers:
@@ -280,7 +279,9 @@ async def _pollers_by_build(client: Client, task_queue: str) -> dict[str, int]:
 
 def _refused(exc: RPCError, what: str) -> Exception:
     if exc.status == RPCStatusCode.NOT_FOUND:
-        return DeploymentError(f"{what}: not found (no worker of it has polled yet)")
+        return DeploymentError(
+            f"{what}: not found (no worker of it has polled yet)", retryable=True
+        )
     if exc.status == RPCStatusCode.PERMISSION_DENIED:
         return DeploymentError(f"{what}: not allowed ({exc.message})")
     if exc.status == RPCStatusCode.UNIMPLEMENTED:
@@ -289,7 +290,9 @@ def _refused(exc: RPCError, what: str) -> Exception:
             "Temporal server 1.28 or later"
         )
     if exc.status == RPCStatusCode.RESOURCE_EXHAUSTED:
-        return DeploymentError(f"{what}: the server is busy with it ({exc.message}); try again")
+        return DeploymentError(
+            f"{what}: the server is busy with it ({exc.message}); try again", retryable=True
+        )
     if exc.status == RPCStatusCode.FAILED_PRECONDITION:
         return DeploymentError(f"{what}: {exc.message}")
     return exc
