@@ -27,6 +27,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from capstan.activities.compaction import CompactionActivities
+from capstan.activities.inbox_queue import InboxActivities
 from capstan.activities.model import ModelActivities
 from capstan.activities.model_queues import ModelQueues
 from capstan.activities.notify_request import NotifyActivities
@@ -96,6 +97,7 @@ def build_worker(
     if releasers is not None:
         releasers.append(models.release_idle)
     compaction = CompactionActivities(content, models, http, count_tokens)
+    inbox = InboxActivities(content)
     notify = NotifyActivities(config.hooks, env, content, settings.inbox_url)
     mcp = McpTools(config.mcp, env, content) if config.mcp.servers else None
     tools = ToolActivities(
@@ -146,6 +148,8 @@ def build_worker(
             tools.list_tools,
             tools.run_tool,
             tools.check_finish,
+            inbox.spill_messages,
+            inbox.take_messages,
         ],
         **options,  # type: ignore[arg-type]
     )

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         inputs,
         limits,
         loop,
+        overflow,
         # jsonschema, loaded with the workflow (clients never load it): the gate validates tool
         # arguments with it, and the sandbox refuses a module first imported after the load
         schema_engine,  # noqa: F401
@@ -56,10 +57,12 @@ with workflow.unsafe.imports_passed_through():
         LoadTools,
         Outcome,
         RunTools,
+        SpillMessages,
         Steered,
+        TakeMessages,
         ToolsFinished,
     )
-    from capstan.core.limits import HistoryGauge
+    from capstan.core.limits import INBOX_MESSAGES, HistoryGauge
     from capstan.core.model_errors import ModelErrorKind
     from capstan.core.models import model_queue
     from capstan.core.patches import Patch
@@ -69,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
     from capstan.core.steering import (
         STEER,
         Ack,
+        LiveMessage,
         PendingView,
         SteeringInput,
         SteeringPayload,
@@ -164,13 +168,17 @@ class AgentWorkflow:
                     await self._await_input(effect)
                     self._gauge_waiting()
                     continue
+                if isinstance(effect, SpillMessages):
+                    # on the way to the end or a continue-as-new, a cancel included: never cut
+                    self._fold(await self._perform(effect))
+                    continue
                 outcome = await self._perform_unless_cancelled(effect)
                 if outcome is not None:
                     self._fold(outcome)
         except asyncio.CancelledError:
             # A Temporal cancellation request: end with a result, not a failure.
             self._fold(CancelRequested(reason="cancellation requested through Temporal"))
-            return self._ended(self._final())
+            return self._ended(await self._final())
         except _LoopBugError as bug:
             workflow.logger.exception("loop raised; ending the run as failed")
             return self._ended(self._failed(bug))
@@ -232,19 +240,31 @@ class AgentWorkflow:
             step=self.state.step,
             records=list(self.state.steering.records),
             diagnostics=list(self.state.diagnostics),
-            inbox=list(self.state.steering.inbox),
+            # a flood may hold thousands inline: the view stays one small payload
+            inbox=list(self.state.steering.inbox[:INBOX_MESSAGES]),
+            messages_waiting=self.state.steering.messages_waiting,
         )
 
     def _validate(self, item: SteeringInput) -> None:
         if inputs.is_duplicate(self.state, item):
             return  # acknowledged as a duplicate, not rejected
-        problem = inputs.check(self.state, item)
+        # validators never run in a replay, so a new update meets the rules of new code (the
+        # handler then records Patch.INBOX_QUEUE if it takes the inbox past its bound)
+        problem = inputs.check(overflow.allowing(self.state), item)
         if problem is not None:
             raise ValueError(problem)
 
     def _steer(self, item: SteeringInput) -> Ack:
         if inputs.is_duplicate(self.state, item):
             return Ack(applied=False, detail=f"duplicate id {item.id!r}: already applied")
+        if (
+            isinstance(item, LiveMessage)
+            and overflow.at_bound(self.state)
+            and patched(Patch.INBOX_QUEUE)
+        ):
+            # from here on the run keeps what its inbox cannot hold (recorded the first time
+            # the bound is reached: a run that never sees a flood records nothing)
+            self.state = overflow.allowing(self.state)
         try:
             self._fold(Steered(input=item))
         except _LoopBugError as bug:
@@ -354,8 +374,11 @@ class AgentWorkflow:
         except Exception as exc:
             raise _LoopBugError(exc) from exc
 
-    def _final(self) -> RunResult:
-        effect = loop.next_effect(self.state)
+    async def _final(self) -> RunResult:
+        """The result of a run Temporal cancelled: what it cannot hold inline is kept first
+        (activities scheduled after the cancellation run to their end)."""
+        while isinstance(effect := loop.next_effect(self.state), SpillMessages):
+            self._fold(await self._perform(effect))
         assert isinstance(effect, Finish)
         return effect.result
 
@@ -397,7 +420,14 @@ class AgentWorkflow:
                 if started == effect:
                     return await outcome
                 return await self._perform_activity(effect)
-            case DescribeModel() | CompactContext() | CheckFinish() | CallModel():
+            case (
+                DescribeModel()
+                | CompactContext()
+                | CheckFinish()
+                | CallModel()
+                | SpillMessages()
+                | TakeMessages()
+            ):
                 return await self._perform_activity(effect)
         raise _LoopBugError(RuntimeError(f"no interpreter for effect {effect.kind!r}"))
 

@@ -78,7 +78,7 @@ async def start_run(
     spec = spec_of(request)
     # a thread run needs signal-with-start and tenant checks; a body never points at a chain
     # (another tenant's) nor forges the messages a run starts with
-    for name in ("thread", "continues", "continues_tail", "continues_tokens"):
+    for name in ("thread", "continues", "continues_tail", "continues_tokens", "continues_unread"):
         if getattr(spec, name) != RunSpec.model_fields[name].default:
             message = "a thread's runs start with POST /api/threads/{thread}/messages"
             raise ApiError(422, "invalid", message, field=f"body.{name}")

@@ -111,6 +111,8 @@ async def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     print(f"run {status.run_id}: phase {status.phase}, step {status.step}, terminal {reason}")
     if status.waiting_for:
         print(f"waiting for: {', '.join(status.waiting_for)}")
+    if status.messages_waiting:
+        print(f"messages waiting: {status.messages_waiting:,} (the model reads them in order)")
     if link := _ui_link(settings, args.run_id):
         print(f"web UI: {link}")
     if status.source == "history":

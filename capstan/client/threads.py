@@ -252,6 +252,7 @@ class Threads:
                 "continues": None,
                 "continues_tail": (),
                 "continues_tokens": 0,
+                "continues_unread": None,
                 "workspace": workspace_key(tenant, thread),
             }
         )
@@ -266,7 +267,9 @@ class Threads:
 
     async def continued(self, spec: RunSpec, previous: RunResult | None) -> RunSpec:
         """`spec` pointing at where `previous` left the conversation (unchanged without one)."""
-        if previous is None or (previous.conversation is None and not previous.tail):
+        if previous is None or (
+            previous.conversation is None and not previous.tail and previous.unread is None
+        ):
             return spec
         store = self.capstan.content()
         last = await asyncio.to_thread(_last_message, store, previous.conversation)
@@ -276,6 +279,7 @@ class Threads:
                 "continues": previous.conversation,
                 "continues_tail": tail,
                 "continues_tokens": previous.context_tokens,
+                "continues_unread": previous.unread,
             }
         )
 

@@ -27,6 +27,7 @@ from capstan.core.activity_io import (
     ModelReply,
     RunToolInput,
 )
+from capstan.core.inbox import InboxQueue, SpillInput, TakeInput, TakenMessages
 from capstan.core.model_errors import NON_RETRYABLE
 from capstan.core.models import ModelChain
 from capstan.core.notifications import NotifyInput, NotifyResult
@@ -44,6 +45,8 @@ class ActivityName(StrEnum):
     COMPACT_CONTEXT = "compact_context"
     CHECK_FINISH = "check_finish"
     NOTIFY_REQUEST = "notify_request"
+    SPILL_MESSAGES = "spill_messages"
+    TAKE_MESSAGES = "take_messages"
 
 
 class ActivityOptions(BaseModel):
@@ -124,6 +127,21 @@ ACTIVITIES: dict[ActivityName, ActivityDef] = {
             _fixed(start_to_close=60, max_attempts=3, non_retryable=STORE_FAILURES),
         ),
         ActivityDef(ActivityName.RUN_TOOL, RunToolInput, ToolOutcome, _tool),
+        # live messages past the inline inbox (`capstan.core.inbox`): the blob store's own
+        # failures (refused, missing, undecryptable) end the run at once, anything else is
+        # tried for ~2 minutes; the messages stay in the run meanwhile
+        ActivityDef(
+            ActivityName.SPILL_MESSAGES,
+            SpillInput,
+            InboxQueue,
+            _fixed(start_to_close=30, max_attempts=8, max_retry=30.0, non_retryable=STORE_FAILURES),
+        ),
+        ActivityDef(
+            ActivityName.TAKE_MESSAGES,
+            TakeInput,
+            TakenMessages,
+            _fixed(start_to_close=30, max_attempts=8, max_retry=30.0, non_retryable=STORE_FAILURES),
+        ),
         # fire and forget: ~1+2+4+8 s of backoff over 5 attempts; a hook that refuses the
         # request (4xx but 408/429) or a missing secret does not heal by retrying
         ActivityDef(

@@ -24,6 +24,8 @@ from capstan.core.activity_io import (
 )
 from capstan.core.activity_table import ActivityName
 from capstan.core.children import ChildEnded, Delegation
+from capstan.core.inbox import InboxQueue, SpillInput, TakeInput, TakenMessages
+from capstan.core.messages import Message
 from capstan.core.models import ModelChain
 from capstan.core.spec import RunResult
 from capstan.core.steering import SteeringInput
@@ -44,14 +46,19 @@ __all__ = [
     "Effect",
     "Finish",
     "FinishChecked",
+    "InboxUnavailable",
     "InputRefused",
     "LoadTools",
+    "MessagesSpilled",
+    "MessagesTaken",
     "ModelDescribed",
     "ModelFailed",
     "ModelReplied",
     "Outcome",
     "RunTools",
+    "SpillMessages",
     "Steered",
+    "TakeMessages",
     "ToolsFinished",
     "ToolsLoaded",
     "ToolsUnavailable",
@@ -119,6 +126,34 @@ class CheckFinish(_Frozen):
         return FinishChecked(verdict=FinishVerdict(refusal=f"the finish guard failed: {error}"))
 
 
+class SpillMessages(_Frozen):
+    """Keep the oldest live messages held inline in the blob store (`capstan.core.inbox`)."""
+
+    kind: Literal["spill_messages"] = "spill_messages"
+    request: SpillInput
+    activity: ClassVar[ActivityName] = ActivityName.SPILL_MESSAGES
+
+    def succeeded(self, result: InboxQueue) -> Outcome:
+        return MessagesSpilled(count=len(self.request.messages), queue=result)
+
+    def failed(self, error_type: str, error: str) -> Outcome:
+        return InboxUnavailable(error=f"could not keep live messages in the blob store: {error}")
+
+
+class TakeMessages(_Frozen):
+    """Read the oldest chunk of the live messages kept in the blob store."""
+
+    kind: Literal["take_messages"] = "take_messages"
+    request: TakeInput
+    activity: ClassVar[ActivityName] = ActivityName.TAKE_MESSAGES
+
+    def succeeded(self, result: TakenMessages) -> Outcome:
+        return MessagesTaken(messages=result.messages, queue=result.queue)
+
+    def failed(self, error_type: str, error: str) -> Outcome:
+        return InboxUnavailable(error=f"could not read live messages from the blob store: {error}")
+
+
 class CallModel(_Frozen):
     kind: Literal["call_model"] = "call_model"
     request: CallModelInput
@@ -163,7 +198,15 @@ class Finish(_Frozen):
 
 
 #: The effects one activity performs (the workflow's table); `RunTools` runs one per call.
-ActivityEffect = LoadTools | DescribeModel | CompactContext | CheckFinish | CallModel
+ActivityEffect = (
+    LoadTools
+    | DescribeModel
+    | CompactContext
+    | CheckFinish
+    | CallModel
+    | SpillMessages
+    | TakeMessages
+)
 
 Effect = (
     LoadTools
@@ -171,6 +214,8 @@ Effect = (
     | CompactContext
     | CheckFinish
     | CallModel
+    | SpillMessages
+    | TakeMessages
     | RunTools
     | AwaitInput
     | ContinueAsNew
@@ -232,6 +277,29 @@ class ToolsFinished(_Frozen):
     children: tuple[ChildEnded, ...] = ()
 
 
+class MessagesSpilled(_Frozen):
+    """The oldest `count` live messages held inline are in the blob store's `queue` now."""
+
+    kind: Literal["messages_spilled"] = "messages_spilled"
+    count: int
+    queue: InboxQueue
+
+
+class MessagesTaken(_Frozen):
+    """The oldest kept live messages, read for the next model call; `queue` is what is left."""
+
+    kind: Literal["messages_taken"] = "messages_taken"
+    messages: tuple[Message, ...]
+    queue: InboxQueue
+
+
+class InboxUnavailable(_Frozen):
+    """The blob store failed for good while keeping or reading live messages."""
+
+    kind: Literal["inbox_unavailable"] = "inbox_unavailable"
+    error: str
+
+
 class CancelRequested(_Frozen):
     kind: Literal["cancel_requested"] = "cancel_requested"
     reason: str = ""
@@ -269,6 +337,9 @@ Outcome = (
     | ModelReplied
     | ModelFailed
     | ToolsFinished
+    | MessagesSpilled
+    | MessagesTaken
+    | InboxUnavailable
     | CancelRequested
     | Steered
     | InputRefused

@@ -83,8 +83,12 @@ def check(state: RunState, item: SteeringInput) -> str | None:
     remembered = len(state.steering.seen)
     if item.id and remembered >= APPLIED_IDS and not isinstance(item, CancelRequest):
         return f"the run has applied {remembered:,} inputs, all it can remember; only cancel now"
-    if isinstance(item, LiveMessage) and len(state.steering.inbox) >= INBOX_MESSAGES:
-        # refused until the model has read some: the sender may send it again later
+    if (
+        isinstance(item, LiveMessage)
+        and not state.steering.spills
+        and len(state.steering.inbox) >= INBOX_MESSAGES
+    ):
+        # only executions recorded before `Patch.INBOX_QUEUE` (`capstan.core.overflow`)
         return f"the inbox is full: {INBOX_MESSAGES} messages wait for the model; send it later"
     if isinstance(item, Decision):
         return _check_decision(state, item)

@@ -36,7 +36,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import assert_never
 
-from capstan.core import context, delegation, nudges
+from capstan.core import context, delegation, nudges, overflow
 from capstan.core.activity_io import ModelReply
 from capstan.core.children import ChildEnded
 from capstan.core.content import Text
@@ -48,7 +48,10 @@ from capstan.core.effects import (
     ContextCompacted,
     Effect,
     FinishChecked,
+    InboxUnavailable,
     InputRefused,
+    MessagesSpilled,
+    MessagesTaken,
     ModelDescribed,
     ModelFailed,
     ModelReplied,
@@ -73,6 +76,7 @@ from capstan.core.state import (
     Ending,
     RunState,
     Segment,
+    Steering,
     Turn,
 )
 from capstan.core.steering import ApprovalRecord
@@ -124,12 +128,14 @@ def initial_state(spec: RunSpec, run_id: str) -> RunState:
     task: tuple[Message, ...] = (
         () if spec.thread is not None else (Message(role="user", content=spec.task),)
     )
-    if spec.continues is not None or spec.continues_tail:
+    if spec.continues is not None or spec.continues_tail or spec.continues_unread is not None:
         state = RunState(
             spec=spec,
             run_id=run_id,
             conversation=Conversation(head=spec.continues, pending=spec.continues_tail + task),
         )
+        if spec.continues_unread is not None:  # read before the messages sent to this run
+            state = replace(state, steering=Steering(queue=spec.continues_unread, spills=True))
         return replace(state, context=replace(state.context, tokens=spec.continues_tokens))
     system = spec.system_prompt or DEFAULT_SYSTEM_PROMPT
     if spec.finish_mode is FinishMode.TEXT and spec.system_prompt is None:
@@ -196,6 +202,29 @@ def apply(state: RunState, outcome: Outcome) -> RunState:
         case ToolsFinished(results=results, children=children):
             expect(state, ("acting",), outcome.kind)
             return _on_tools_finished(state, results, children)
+        case MessagesSpilled() | MessagesTaken() | InboxUnavailable():
+            return _on_inbox(state, outcome)
+        case _:
+            assert_never(outcome)
+
+
+def _on_inbox(
+    state: RunState, outcome: MessagesSpilled | MessagesTaken | InboxUnavailable
+) -> RunState:
+    """Outcomes of the live-message queue in the blob store (`capstan.core.overflow`)."""
+    match outcome:
+        case MessagesSpilled(count=count, queue=queue):
+            # before a continue-as-new (thinking, acting) or the end (any phase)
+            return overflow.on_spilled(state, count, queue)
+        case MessagesTaken(messages=messages, queue=queue):
+            expect(state, ("thinking",), outcome.kind)
+            state, taken = overflow.on_taken(state, messages, queue)
+            return _queue(state, taken)
+        case InboxUnavailable(error=error):
+            state = replace(state, steering=overflow.on_failed(state.steering, error))
+            if state.ending is not None:
+                return note_refused(state, error)
+            return end(state, Ending(reason=TerminalReason.FAILED, error=error))
         case _:
             assert_never(outcome)
 
@@ -248,10 +277,10 @@ def _at_boundary(state: RunState, now: datetime) -> RunState:
     state = expire_requests(replace(state, now=now), now)
     if state.budget.started_at is None:
         state = replace(state, budget=replace(state.budget, started_at=now))
-    steering = state.steering
-    if state.phase == "thinking" and not steering.paused and steering.inbox:
-        stamped = tuple(_stamped(m, state.step) for m in steering.inbox)
-        state = _queue(replace(state, steering=replace(steering, inbox=())), stamped)
+    if state.phase == "thinking" and not state.steering.paused:
+        state, drained = overflow.drain(state, state.step)
+        if drained:
+            state = _queue(state, drained)
     note = finalize_warning(state)
     if note is not None:
         state = _queue(replace(state, guards=replace(state.guards, finalize_warned=True)), (note,))
@@ -263,17 +292,6 @@ def _queue(state: RunState, messages: tuple[Message, ...]) -> RunState:
     """Add messages to those the next model call sends."""
     pending = state.conversation.pending + messages
     return replace(state, conversation=replace(state.conversation, pending=pending))
-
-
-def _stamped(message: Message, step: int) -> Message:
-    """A live message as the model gets it: stamped with the step it was drained at."""
-    return Message(
-        role=message.role,
-        content=message.content,
-        origin=message.origin,
-        source_id=message.source_id,
-        step=step,
-    )
 
 
 def _between_calls(

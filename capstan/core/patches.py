@@ -54,6 +54,10 @@ class Patch(StrEnum):
     #: a model call the provider still refuses (429) after its retries waits on a durable
     #: timer and is called again, instead of ending the run `model_error` (issue 30)
     PROVIDER_CAPACITY = "provider-capacity-v1"
+    #: live messages past the inline inbox are kept in the blob store and read in order, never
+    #: refused for room (`capstan.core.overflow`); asked the first time the bound is reached,
+    #: so a run that never sees a flood records nothing
+    INBOX_QUEUE = "inbox-queue-v1"
 
 
 #: the ids that are `workflow.deprecate_patch` calls now (never `patched`)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from capstan.core import budgets, context, delegation, limits, policy
+from capstan.core import budgets, context, delegation, limits, overflow, policy
 from capstan.core.activity_io import (
     CallModelInput,
     CheckFinishInput,
@@ -68,9 +68,12 @@ def plan(
     planned = _plan(state, continue_suggested, history)
     if isinstance(planned, AwaitInput):
         if limits.must_continue(history):
-            return ContinueAsNew()  # wait in a fresh execution: the inputs still to come fit
-        if wait_fresh and waits_fresh(state):
-            return ContinueAsNew(before_wait=True)
+            planned = ContinueAsNew()  # wait in a fresh execution: the inputs still to come fit
+        elif wait_fresh and waits_fresh(state):
+            planned = ContinueAsNew(before_wait=True)
+    if isinstance(planned, ContinueAsNew | Finish):
+        # what the carried state or the result cannot hold inline goes to the blob store first
+        return overflow.spill_request(state, planned) or planned
     return planned
 
 
@@ -137,6 +140,8 @@ def _thinking(
         return ContinueAsNew()
     if limits.crowded(history) is not None:
         return ContinueAsNew()
+    if take := overflow.take_request(state):  # before the window is measured: it adds to it
+        return take
     plan = context.plan(state)
     if plan == "reject":
         needed = context.estimate_request(state)
@@ -261,6 +266,8 @@ def _run_tools(state: RunState) -> RunTools:
 def result(state: RunState) -> RunResult:
     """The run's result, once its end is recorded."""
     assert state.ending is not None
+    inbox, unread, lost = overflow.unread(state)
+    diagnostics = state.diagnostics if lost is None else (*state.diagnostics, lost)
     return RunResult(
         run_id=state.run_id,
         terminal_reason=state.ending.reason,
@@ -271,9 +278,10 @@ def result(state: RunState) -> RunResult:
         usage=state.usage,
         # a thread's next run continues from here: messages drained or not are all kept
         conversation=state.conversation.head,
-        tail=state.conversation.pending + state.steering.inbox,
+        tail=state.conversation.pending + inbox,
         context_tokens=state.context.tokens,
-        diagnostics=state.diagnostics[-STATUS_DIAGNOSTICS:],
+        diagnostics=diagnostics[-STATUS_DIAGNOSTICS:],
+        unread=unread,
     )
 
 

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from capstan.core import output, schemas
 from capstan.core.content import BlobRef, Text
+from capstan.core.inbox import InboxQueue
 from capstan.core.messages import Message, Usage
 from capstan.core.patterns import Pattern
 from capstan.core.strict import StrictModel
@@ -250,6 +251,8 @@ class RunSpec(StrictModel):
     continues_tail: tuple[Message, ...] = ()
     #: that conversation's size in tokens, so the window is managed from the first model call
     continues_tokens: int = Field(default=0, ge=0)
+    #: the live messages that run accepted and never read (`RunResult.unread`), read first
+    continues_unread: InboxQueue | None = None
     #: the agents this run may delegate to (`delegate(agent, task)`), by name; each is a
     #: definition (its `task` unused), embedded whole so the tree's definitions are in history
     delegates: dict[str, RunSpec] = {}
@@ -322,7 +325,15 @@ class RunSpec(StrictModel):
 #: public request (the HTTP API's request schema leaves them out; a client that sends one is
 #: refused). Add a field here when it is written by Capstan rather than by a caller.
 INTERNAL_FIELDS: frozenset[str] = frozenset(
-    {"continues", "continues_tail", "continues_tokens", "delegates", "depth", "workspace"}
+    {
+        "continues",
+        "continues_tail",
+        "continues_tokens",
+        "continues_unread",
+        "delegates",
+        "depth",
+        "workspace",
+    }
 )
 
 
@@ -345,6 +356,8 @@ class RunStatus(BaseModel):
     paused: bool = False
     waiting_for: list[str] = []
     diagnostics: list[str] = []
+    #: live messages the run accepted that the model has not read yet (`capstan.core.inbox`)
+    messages_waiting: int = 0
     #: where the answer came from: the run's worker (a query), its result (a closed run), or
     #: its history when no worker answered (then `as_of_event` is the last event read)
     source: Literal["worker", "result", "history"] = "worker"
@@ -370,3 +383,6 @@ class RunResult(BaseModel):
     diagnostics: tuple[str, ...] = ()
     #: `json`: `output` is JSON that matched the run's `output_schema` (a typed result)
     output_format: OutputFormat = "text"
+    #: live messages the run accepted and never gave to the model, kept in the blob store
+    #: (`capstan.core.inbox`; newer than those in `tail`): a thread's next run reads them
+    unread: InboxQueue | None = None

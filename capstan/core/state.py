@@ -34,6 +34,7 @@ from capstan.core.children import ChildRun
 from capstan.core.content import BlobRef, Text
 from capstan.core.guards import Streaks
 from capstan.core.idset import IdSet
+from capstan.core.inbox import InboxQueue
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.models import ModelChain, ModelInfo
 from capstan.core.spec import (
@@ -106,10 +107,24 @@ class Steering:
     paused: bool = False
     cancel_reason: str | None = None  # a requested cancellation; the next boundary ends the run
     inbox: tuple[Message, ...] = ()  # live messages, drained before the next model call
+    #: live messages past the inline bound, in the blob store (`capstan.core.inbox`), older
+    #: than every message of `inbox`
+    queue: InboxQueue = field(default_factory=InboxQueue)
+    #: the inbox takes every live message, keeping what it cannot hold in `queue`; off only in
+    #: executions recorded before `Patch.INBOX_QUEUE`, which refused past the bound (set by the
+    #: workflow the first time the bound is reached)
+    spills: bool = False
+    #: the blob store failed for good keeping or reading the messages: no more spills
+    spill_error: str | None = None
     always: tuple[str, ...] = ()  # tools approved for the rest of the run
     applied_ids: tuple[str, ...] = ()  # the last 1,000 ids, as states before `seen` carried them
     records: tuple[ApprovalRecord, ...] = ()
     seen: IdSet = field(default_factory=IdSet)  # every id applied, for the life of the run
+
+    @property
+    def messages_waiting(self) -> int:
+        """Live messages accepted and not yet given to the model."""
+        return len(self.inbox) + self.queue.count
 
     def applied(self, item_id: str) -> bool:
         """Whether an input with this id was applied already."""
@@ -280,4 +295,5 @@ class RunState:
             paused=self.steering.paused,
             waiting_for=self.waiting_for() if waiting_for is None else waiting_for,
             diagnostics=list(self.diagnostics[-STATUS_DIAGNOSTICS:]),
+            messages_waiting=self.steering.messages_waiting,
         )

@@ -81,4 +81,6 @@ class TranscriptView(BaseModel):
     step: int
     records: list[ApprovalRecord] = []
     diagnostics: list[str] = []
+    #: the oldest live messages waiting (at most `INBOX_MESSAGES`), and how many wait in all
     inbox: list[Message] = []
+    messages_waiting: int = 0

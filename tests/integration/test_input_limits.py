@@ -153,6 +153,9 @@ async def test_twelve_thousand_messages_to_a_paused_run(agent: Agent, workspace)
     assert run.status.continued >= 12_000 // SIGNALS_BEFORE_CONTINUE
     users = [m["content"] for m in run.messages(1, "user")][1:]
     assert users[0] == "the first" and "the first, again" not in users
-    # the inbox holds 500 messages; the rest were refused (the sender may send them again)
+    # the model gets the oldest INBOX_MESSAGES a call; the run was cancelled at the next step,
+    # so the rest are in its result, kept in the blob store for whoever reads them
     assert len(users) == INBOX_MESSAGES and all(u.startswith("m") for u in users[1:])
     assert len(set(users)) == len(users)
+    assert run.result.unread is not None
+    assert len(users) + run.result.unread.count == 12_001
