@@ -172,3 +172,30 @@ async def test_a_run_cancelled_through_temporal_keeps_what_it_never_read(
     tail = [m.content for m in result.tail if m.origin == "live"]
     kept = result.unread.count if result.unread is not None else 0
     assert len(tail) <= INBOX_MESSAGES and len(tail) + kept == len(accepted)
+
+
+async def test_a_flood_across_continue_as_new_is_read_in_order(agent: Agent, workspace) -> None:
+    """Sent one after another to a paused run that continues as new every step: the model gets
+    them in the order they were sent, at most INBOX_MESSAGES a call, though some waited in the
+    blob store across executions. Recorded as a history (`inbox_queue`): the patch, the spill
+    and the takes replay."""
+    count = 2 * INBOX_MESSAGES + 50
+    async with agent.serving(_until_last_is_read) as live:
+        client = live.client
+        spec = agent.spec(max_steps=50, guards=PATIENT, continue_as_new_every=1)
+        run_id = await live.start(spec)
+        await asyncio.to_thread(live.fake.wait_for_step, 0)
+        await client.pause(run_id)
+        await wait_status(client, run_id, lambda s: s.paused)
+        for i in range(count):
+            await client.send_message(run_id, f"live-{i}", f"live-{i}")
+        await client.send_message(run_id, LAST, "last")
+        await wait_status(client, run_id, lambda s: s.messages_waiting == count + 1)
+        await client.resume(run_id)
+        run = await live.finish(run_id, history="inbox_queue", timeout=120)
+    assert run.result.terminal_reason is TerminalReason.COMPLETED, run.result.error
+    order: list[str] = []
+    for request in run.requests:
+        order += [t for t in _live(request) if t not in order]
+    assert order == [f"live-{i}" for i in range(count)]
+    assert run.status.continued >= 3
