@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from capstan.audit.history import Entry
 from capstan.core.activity_table import ActivityName
 from capstan.core.content import BlobRef, Text
+from capstan.core.inbox import InboxQueue, TakenMessages
 from capstan.runtime.blobstore import BlobError, BlobStoreError, ContentStore
 
 __all__ = ["build_trail", "canonical", "verify_chain"]
@@ -150,6 +151,8 @@ def _activity(b: _Builder, e: Entry) -> dict[str, Any]:
         ActivityName.LIST_TOOLS: "tools_loaded",
         ActivityName.DESCRIBE_MODEL: "model_described",
         ActivityName.COMPACT_CONTEXT: "compaction",
+        ActivityName.SPILL_MESSAGES: "messages_kept",
+        ActivityName.TAKE_MESSAGES: "messages_read",
     }
     rec: dict[str, Any] = {
         "kind": kinds.get(e.name, e.name),
@@ -166,12 +169,25 @@ def _activity(b: _Builder, e: Entry) -> dict[str, Any]:
         rec["tools"] = list(getattr(e.result, "names", ()))
     elif e.name == ActivityName.DESCRIBE_MODEL and e.result is not None:
         rec["models"] = [_dump(m) for m in getattr(e.result, "models", ())]
+    elif e.name in (ActivityName.SPILL_MESSAGES, ActivityName.TAKE_MESSAGES):
+        _queue_moved(e, rec)
     elif e.result is not None or e.data is not None:
         rec["request"] = _dump(e.data)
         rec["result"] = _dump(e.result)
     if e.error:
         rec["error"] = e.error
     return rec
+
+
+def _queue_moved(e: Entry, rec: dict[str, Any]) -> None:
+    """A run's live messages kept in the blob store, or read back: counts and the queue (the
+    messages themselves are in the model calls that read them)."""
+    if isinstance(e.result, InboxQueue):  # kept
+        rec["messages"] = len(getattr(e.data, "messages", ()))
+        rec["queue"] = _dump(e.result)
+    elif isinstance(e.result, TakenMessages):  # read
+        rec["messages"] = len(e.result.messages)
+        rec["queue"] = _dump(e.result.queue)
 
 
 def _input(b: _Builder, e: Entry) -> dict[str, Any]:

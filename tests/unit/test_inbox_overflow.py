@@ -279,3 +279,23 @@ def test_a_retried_spill_writes_the_same_chunks(store: ContentStore) -> None:
     messages = tuple(Message(role="user", content=f"x{i}", origin="live") for i in range(450))
     request = SpillInput(run_id="r", messages=messages, queue=InboxQueue())
     assert spill(store, request) == spill(store, request)  # content-addressed
+
+
+def test_the_audit_trail_counts_what_was_kept_and_read(store: ContentStore) -> None:
+    """From the recorded flood (`tests/histories/inbox_queue*.json`): the trail says how many
+    messages went to the store and came back, not the 451 messages again."""
+    from temporalio.client import WorkflowHistory
+
+    from capstan.audit.history import decode_history
+    from capstan.audit.trail import build_trail
+
+    folder = Path(__file__).parents[1] / "histories"
+    paths = sorted(folder.glob("inbox_queue.*.json")) + [folder / "inbox_queue.json"]
+    runs = [decode_history(WorkflowHistory.from_json(p.stem, p.read_text())) for p in paths]
+    store.store_bytes(b"")  # a store, without the recorded run's blobs: noted as issues
+    records, _ = build_trail(runs, store)
+    kept = [r for r in records if r["kind"] == "messages_kept"]
+    read = [r for r in records if r["kind"] == "messages_read"]
+    assert [r["messages"] for r in kept] == [51]  # 450 and the last: 200 sent, 200 carried
+    assert [r["messages"] for r in read] == [51] and read[0]["queue"]["count"] == 0
+    assert all("request" not in r for r in kept + read)
