@@ -290,7 +290,7 @@ def test_the_audit_trail_counts_what_was_kept_and_read(store: ContentStore) -> N
     from capstan.audit.trail import build_trail
 
     folder = Path(__file__).parents[1] / "histories"
-    paths = sorted(folder.glob("inbox_queue.*.json")) + [folder / "inbox_queue.json"]
+    paths = [*sorted(folder.glob("inbox_queue.*.json")), folder / "inbox_queue.json"]
     runs = [decode_history(WorkflowHistory.from_json(p.stem, p.read_text())) for p in paths]
     store.store_bytes(b"")  # a store, without the recorded run's blobs: noted as issues
     records, _ = build_trail(runs, store)
