@@ -21,6 +21,7 @@ from capstan.core.limits import INBOX_MESSAGES
 from capstan.core.spec import GuardPolicy, TerminalReason
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import Reply, call, say
+from tests.integration.helpers import run_cli
 from tests.integration.scripted_agent import Agent, Run
 from tests.integration.steer_helpers import wait_status
 
@@ -166,6 +167,8 @@ async def test_a_run_cancelled_through_temporal_keeps_what_it_never_read(
         )
         assert not refused
         await wait_status(client, run_id, lambda s: s.messages_waiting == len(accepted))
+        shown = await asyncio.to_thread(run_cli, agent.settings, "status", run_id)
+        assert f"messages waiting: {len(accepted)}" in shown.stdout, shown.stdout
         await client.handle(run_id).cancel()
         result = await asyncio.wait_for(client.result(run_id), 60)
     assert result.terminal_reason is TerminalReason.CANCELLED
