@@ -18,6 +18,7 @@ __all__ = [
     "ApproveBody",
     "AuditCheck",
     "DenyBody",
+    "ForkRequest",
     "RunRequest",
     "StartedRun",
     "SteerResult",
@@ -54,6 +55,24 @@ def spec_of(request: BaseModel) -> RunSpec:
         where = ".".join(str(p) for p in ("body", *first["loc"]))
         message = " ".join(f"{where}: {first['msg']}".split())
         raise ApiError(422, "invalid", message, field=where) from None
+
+
+class ForkRequest(StrictModel):
+    """`POST /api/runs/{run_id}/fork` (`capstan fork`): where the fork goes on from, and what it
+    changes of the parent's spec (`spec`: any fields a `RunRequest` takes)."""
+
+    at_step: int = Field(ge=0, description="go on after the parent's Nth model call (0: its task)")
+    model: str | None = Field(None, max_length=200, description="another model profile")
+    system_prompt: str | None = Field(None, max_length=100_000, description="another system prompt")
+    spec: dict[str, Any] = Field(default_factory=dict, description="RunSpec fields to change")
+
+
+def fork_overrides(body: ForkRequest) -> dict[str, Any]:
+    """The spec fields a fork changes, each a field a caller may set (else 422 naming it)."""
+    for name in body.spec:
+        if name not in RunRequest.model_fields or name in ("task", "run_id"):
+            raise ApiError(422, "invalid", f"a fork cannot set {name!r}", field=f"body.spec.{name}")
+    return dict(body.spec)
 
 
 class StartedRun(BaseModel):

@@ -16,13 +16,22 @@ from temporalio.service import RPCError
 from capstan.api.auth import Principal, Scope, require
 from capstan.api.backend import api_settings, tenancy, writer
 from capstan.api.errors import ERROR_RESPONSES, ApiError
-from capstan.api.models import AuditCheck, RunRequest, StartedRun, Whoami, spec_of
+from capstan.api.models import (
+    AuditCheck,
+    ForkRequest,
+    RunRequest,
+    StartedRun,
+    Whoami,
+    fork_overrides,
+    spec_of,
+)
 from capstan.api.stream import IncludeQuery, run_stream
 from capstan.api.tenancy import RUN_ID_PATTERN, Tenancy
 from capstan.audit.history import decode_history, load_histories
 from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail, verify_chain
 from capstan.client.agents import AgentsError, resolve_agent
+from capstan.client.forks import ForkError, fork_spec
 from capstan.client.runs import CapstanError, RunSummary, tree_roots
 from capstan.client.transcript import StepView, build_transcript
 from capstan.client.typed import RunStatusView
@@ -78,7 +87,8 @@ async def start_run(
     spec = spec_of(request)
     # a thread run needs signal-with-start and tenant checks; a body never points at a chain
     # (another tenant's) nor forges the messages a run starts with
-    for name in ("thread", "continues", "continues_tail", "continues_tokens", "continues_unread"):
+    internal = ("continues", "continues_tail", "continues_tokens", "continues_unread")
+    for name in ("thread", *internal, "forked_from"):
         if getattr(spec, name) != RunSpec.model_fields[name].default:
             message = "a thread's runs start with POST /api/threads/{thread}/messages"
             raise ApiError(422, "invalid", message, field=f"body.{name}")
@@ -88,6 +98,35 @@ async def start_run(
     run_id = await runs.start(spec, principal)
     warning = await runs.client.no_worker_warning(run_id)
     return StartedRun(run_id=run_id, warnings=[warning] if warning else [])
+
+
+@router.post("/runs/{run_id}/fork", response_model=StartedRun, status_code=201, tags=["runs"])
+async def fork_run(
+    run_id: RunIdPath,
+    body: ForkRequest,
+    runs: Runs,
+    principal: Annotated[Principal, Depends(writer(Scope.STEER))],
+) -> StartedRun:
+    """Start a run from this run's recorded conversation after step `at_step` (`capstan
+    fork`): no model call or tool of the prefix is repeated. The parent's spec is narrowed to
+    the token's scopes; what `spec` changes must be within them (403)."""
+    await runs.owned(run_id, principal)
+    overrides = fork_overrides(body)
+    try:
+        spec = await fork_spec(
+            runs.client,
+            run_id,
+            body.at_step,
+            model=body.model,
+            system=body.system_prompt,
+            overrides=overrides,
+            narrow=lambda parent: privilege.admit(parent, principal.scopes, inherited=True),
+        )
+    except ForkError as exc:
+        raise ApiError(422, "invalid", str(exc), field=f"body.{exc.field}") from None
+    new_id = await runs.start(admitted(spec, principal), principal)
+    warning = await runs.client.no_worker_warning(new_id)
+    return StartedRun(run_id=new_id, warnings=[warning] if warning else [])
 
 
 def from_agent(body: RunSpec, agents_file: FilePath | None) -> RunSpec:

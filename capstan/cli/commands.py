@@ -57,6 +57,10 @@ COMMANDS: Mapping[str, CommandEntry] = {
     "transcript": CommandEntry("every step of a run with refs resolved", _RUNS),
     "ls": CommandEntry("list runs, newest first, with how each ended", _RUNS),
     "watch": CommandEntry("follow a run's events as they happen, until it ends", _RUNS),
+    "fork": CommandEntry(
+        "a new run from another run's conversation after step N (no prefix call repeated)",
+        ("capstan.cli.fork",),
+    ),
     # the generated steering commands: their help is their input type's `wire.help` (the API's
     # route summary too); the test above keeps the two equal
     "pause": CommandEntry("pause at the next step boundary", _STEER),

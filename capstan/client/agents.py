@@ -35,7 +35,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from capstan.client.runs import CapstanError
-from capstan.core.spec import RunSpec
+from capstan.core.spec import INTERNAL_FIELDS, RunSpec
 
 __all__ = ["AgentsError", "load_agents", "load_spec", "read_output_schema", "resolve_agent"]
 
@@ -101,6 +101,18 @@ def load_spec(path: Path, **overrides: Any) -> RunSpec:
     data = _read(path)
     _schema_file(path, str(path), data)
     return _validate(str(path), {**data, **overrides})
+
+
+def load_overrides(path: Path) -> dict[str, Any]:
+    """Some RunSpec fields from a TOML or JSON file, to put over another spec (`capstan fork
+    --spec`): unknown keys (with a suggestion) and fields Capstan sets itself are refused."""
+    data = _read(path)
+    _schema_file(path, str(path), data)
+    if (unknown := _unknown_key(RunSpec, data, "")) is not None:
+        raise AgentsError(f"{path}: {unknown}")
+    if internal := sorted(set(data) & INTERNAL_FIELDS):
+        raise AgentsError(f"{path}: {internal[0]} is set by Capstan, not by a spec file")
+    return data
 
 
 def read_output_schema(path: Path) -> dict[str, Any]:

@@ -123,11 +123,11 @@ def initial_state(spec: RunSpec, run_id: str) -> RunState:
     from that head, where the system prompt already is: the previous run's unflushed tail is
     pending, and the window starts at its size, so the first call compacts if it must. A thread
     run's task arrives as its start signal (signal-with-start delivers it to a running run
-    instead), so it is not queued here a second time.
+    instead), so it is not queued here a second time; a fork's task is in the conversation it
+    goes on from (`spec.forked_from`).
     """
-    task: tuple[Message, ...] = (
-        () if spec.thread is not None else (Message(role="user", content=spec.task),)
-    )
+    given = spec.thread is not None or spec.forked_from is not None
+    task: tuple[Message, ...] = () if given else (Message(role="user", content=spec.task),)
     if spec.continues is not None or spec.continues_tail or spec.continues_unread is not None:
         state = RunState(
             spec=spec,

@@ -28,6 +28,7 @@ __all__ = [
     "Budgets",
     "ContextPolicy",
     "FinishMode",
+    "ForkPoint",
     "GuardPolicy",
     "OutputFormat",
     "Phase",
@@ -205,6 +206,16 @@ class SandboxLimits(StrictModel):
 CAPACITY = "provider capacity"
 
 
+class ForkPoint(BaseModel):
+    """Where a forked run branched off: the run it forked and the step whose recorded
+    conversation it goes on from (`capstan fork`). Recorded in the fork's history."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str = Field(min_length=1, max_length=256)
+    step: int = Field(ge=0)
+
+
 class RunSpec(StrictModel):
     """The input of one agent run.
 
@@ -253,6 +264,9 @@ class RunSpec(StrictModel):
     continues_tokens: int = Field(default=0, ge=0)
     #: the live messages that run accepted and never read (`RunResult.unread`), read first
     continues_unread: InboxQueue | None = None
+    #: this run is a fork: it goes on from `continues` / `continues_tail`, the conversation of
+    #: another run as that run's model saw it after this step (no task of its own is sent)
+    forked_from: ForkPoint | None = None
     #: the agents this run may delegate to (`delegate(agent, task)`), by name; each is a
     #: definition (its `task` unused), embedded whole so the tree's definitions are in history
     delegates: dict[str, RunSpec] = {}
@@ -332,6 +346,7 @@ INTERNAL_FIELDS: frozenset[str] = frozenset(
         "continues_unread",
         "delegates",
         "depth",
+        "forked_from",
         "workspace",
     }
 )

@@ -183,6 +183,7 @@ def _every_route(run_id: str) -> list[tuple[str, str, dict[str, Any] | None]]:
         "answer": {"request_id": f"{run_id}/1/c", "text": "x"},
         "grant": {"steps": 1},
         "grant-budget": {"budget": "tool_calls", "amount": 1},
+        "fork": {"at_step": 1},
     }
     return [("GET", base + r, None) for r in reads] + [
         ("POST", f"{base}/{command}", body) for command, body in bodies.items()
