@@ -61,6 +61,10 @@ COMMANDS: Mapping[str, CommandEntry] = {
         "a new run from another run's conversation after step N (no prefix call repeated)",
         ("capstan.cli.fork",),
     ),
+    "eval": CommandEntry(
+        "run a dataset of cases, score them, compare with a baseline report",
+        ("capstan.cli.evals",),
+    ),
     # the generated steering commands: their help is their input type's `wire.help` (the API's
     # route summary too); the test above keeps the two equal
     "pause": CommandEntry("pause at the next step boundary", _STEER),

@@ -1,0 +1,114 @@
+"""`capstan eval` (issue 32): five cases as real runs against the fake provider, then the same
+dataset after a change to the "model" that breaks two of them: two regressions, exit 1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pytest
+
+from capstan.testing.fake_provider import Reply, call, say
+from tests.integration.helpers import run_cli
+from tests.integration.scripted_agent import Agent
+
+pytestmark = pytest.mark.server
+
+DATASET = """
+defaults = { max_steps = 6 }
+
+[[case]]
+name = "greets"
+task = "greet"
+expect = { output_contains = ["hello"] }
+
+[[case]]
+name = "writes notes"
+task = "write"
+[case.expect]
+tools_called = ["write_file"]
+tool_args = [{ tool = "write_file", args = { path = "notes.txt" } }]
+
+[[case]]
+name = "a denied write ends well"
+task = "write"
+decisions = "deny"
+expect = { terminal_reason = "completed", tools_called = ["write_file"], max_steps = 3 }
+
+[[case]]
+name = "counts"
+task = "count"
+expect = { output_json = { total = 3, "items.0.name" = "a" } }
+
+[[case]]
+name = "reads its fixture"
+task = "read"
+fixtures = { "data.csv" = "fixtures/data.csv" }
+expect = { tool_order = ["read_file"], output_contains = ["1,2"] }
+"""
+
+
+def _model(version: dict[str, int]) -> Any:
+    """The scripted model, by task; version 2 answers two of the tasks differently."""
+
+    def reply(step: int, messages: list[dict[str, Any]]) -> Reply:
+        task = next(m["content"] for m in messages if m["role"] == "user")
+        last = messages[-1]
+        if task == "greet":
+            return say(call("finish", answer="hello there" if version["v"] == 1 else "bye"))
+        if task == "count":
+            total = 3 if version["v"] == 1 else 4
+            return say(
+                call("finish", answer=json.dumps({"total": total, "items": [{"name": "a"}]}))
+            )
+        if step == 0 and task == "write":
+            return say(call("write_file", path="notes.txt", content="x"))
+        if step == 0 and task == "read":
+            return say(call("read_file", path="data.csv"))
+        return say(call("finish", answer=str(last.get("content"))))
+
+    return reply
+
+
+async def test_an_eval_then_a_change_that_breaks_two_cases(agent: Agent, tmp_path: Path) -> None:
+    dataset = tmp_path / "support.toml"
+    dataset.write_text(DATASET)
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "data.csv").write_text("a,b\n1,2\n")
+    version = {"v": 1}
+    async with agent.serving(_model(version)):
+        first = await asyncio.to_thread(
+            run_cli, agent.settings, "eval", str(dataset), "--out", str(tmp_path / "one")
+        )
+        version["v"] = 2
+        second = await asyncio.to_thread(
+            run_cli,
+            agent.settings,
+            "eval",
+            str(dataset),
+            "--out",
+            str(tmp_path / "two"),
+            "--baseline",
+            str(tmp_path / "one" / "report.json"),
+        )
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "5/5 passed" in first.stdout
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "regressed: greets" in second.stdout and "regressed: counts" in second.stdout
+    assert "2 regression(s), 0 improvement(s)" in second.stdout
+    report = json.loads((tmp_path / "two" / "report.json").read_text())
+    verdicts = {c["name"]: c["passed"] for c in report["cases"]}
+    assert verdicts == {
+        "greets": False,
+        "writes notes": True,
+        "a denied write ends well": True,
+        "counts": False,
+        "reads its fixture": True,
+    }
+    suite = ElementTree.fromstring((tmp_path / "two" / "junit.xml").read_text())
+    assert suite.get("tests") == "5" and suite.get("failures") == "2"
+    page = (tmp_path / "two" / "report.html").read_text()
+    assert "3/5 passed" in page and "regressed" in page
