@@ -66,6 +66,27 @@ class ToolArgs(StrictModel):
     args: dict[str, Any]
 
 
+class Rubric(StrictModel):
+    """A judgement of the output by a model: a run of its own (`judge`, a model profile), with
+    no tools, that answers `{"pass": bool, "reason": str}` against `criteria`."""
+
+    criteria: str = Field(min_length=1)
+    judge: str = "default"
+
+
+JUDGE_SYSTEM = (
+    "You grade the answer an agent gave to a task against the criteria you are given. Judge "
+    "only what the answer says. Call finish with `pass` (true when every criterion holds) and "
+    "a one-sentence `reason`."
+)
+JUDGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"pass": {"type": "boolean"}, "reason": {"type": "string"}},
+    "required": ["pass", "reason"],
+    "additionalProperties": False,
+}
+
+
 class Expect(StrictModel):
     """What a case expects. Every check given must hold; none given: the run completes."""
 
@@ -82,6 +103,7 @@ class Expect(StrictModel):
     tool_args: list[ToolArgs] = []
     max_steps: int | None = Field(None, ge=0)
     max_cost: float | None = Field(None, ge=0)
+    rubric: Rubric | None = None
 
 
 class EvalCase(StrictModel):
@@ -187,6 +209,14 @@ class ToolUse(BaseModel):
     arguments: dict[str, Any] | None
 
 
+class Judgement(BaseModel):
+    """A judge run's verdict on a case's output (`Rubric`)."""
+
+    run_id: str
+    passed: bool
+    reason: str
+
+
 class CaseOutcome(BaseModel):
     """What a case's run did, as the checks read it."""
 
@@ -197,6 +227,7 @@ class CaseOutcome(BaseModel):
     steps: int
     cost_usd: float
     tools: list[ToolUse]
+    judgement: Judgement | None = None
 
 
 @dataclass
@@ -282,7 +313,10 @@ async def run_case(client: CapstanClient, dataset: EvalDataset, case: EvalCase) 
     output = (
         None if result.output is None else await asyncio.to_thread(content.resolve, result.output)
     )
+    rubric = case.expect.rubric
+    judgement = await _judged(client, case, rubric, output) if rubric is not None else None
     return CaseOutcome(
+        judgement=judgement,
         run_id=run_id,
         terminal_reason=result.terminal_reason,
         output=output,
@@ -291,6 +325,33 @@ async def run_case(client: CapstanClient, dataset: EvalDataset, case: EvalCase) 
         cost_usd=result.usage.cost_usd,
         tools=tools,
     )
+
+
+async def _judged(
+    client: CapstanClient, case: EvalCase, rubric: Rubric, output: str | None
+) -> Judgement:
+    """A run of the judge's model on the case's task and output; it answers typed JSON."""
+    task = (
+        f"Criteria:\n{rubric.criteria}\n\nThe task the agent was given:\n{case.task}\n\n"
+        f"The agent's answer:\n{output if output is not None else '(no answer)'}"
+    )
+    spec = RunSpec(
+        task=task,
+        model=rubric.judge,
+        system_prompt=JUDGE_SYSTEM,
+        allowed_tools=(),
+        max_steps=3,
+        output_schema=JUDGE_SCHEMA,
+        run_id=f"judge-{uuid.uuid4().hex[:12]}",
+    )
+    run_id = await client.start_run(spec)
+    result = await client.result(run_id)
+    verdict = client.output_data(result) if result.output_format == "json" else None
+    if result.terminal_reason is not TerminalReason.COMPLETED or not isinstance(verdict, dict):
+        why = result.error or "no verdict"
+        return Judgement(run_id=run_id, passed=False, reason=f"the judge gave none: {why}")
+    reason = str(verdict.get("reason", ""))
+    return Judgement(run_id=run_id, passed=verdict.get("pass") is True, reason=reason)
 
 
 def _json_object(text: str) -> dict[str, Any] | None:
@@ -419,6 +480,14 @@ def _trajectory_checks(expect: Expect) -> list[tuple[str, Any]]:
         out.append(("max_steps", lambda o: (o.steps <= steps, f"{o.steps} steps")))
     if (cost := expect.max_cost) is not None:
         out.append(("max_cost", lambda o: (o.cost_usd <= cost, f"${o.cost_usd:.4f}")))
+    if expect.rubric is not None:
+
+        def judged(o: CaseOutcome) -> tuple[bool, str]:
+            if o.judgement is None:
+                return False, "no judgement"
+            return o.judgement.passed, f"{o.judgement.reason} (judge run {o.judgement.run_id})"
+
+        out.append(("rubric", judged))
     return out
 
 
@@ -545,6 +614,9 @@ async def run_eval(
     class Check(Evaluator[EvalCase, CaseOutcome, None]):
         evaluation_name: str
         check: Any
+
+        def get_default_evaluation_name(self) -> str:
+            return self.evaluation_name
 
         def evaluate(self, ctx: EvaluatorContext[EvalCase, CaseOutcome, None]) -> EvaluationReason:
             ok, why = self.check(ctx.output)

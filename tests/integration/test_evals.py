@@ -112,3 +112,41 @@ async def test_an_eval_then_a_change_that_breaks_two_cases(agent: Agent, tmp_pat
     assert suite.get("tests") == "5" and suite.get("failures") == "2"
     page = (tmp_path / "two" / "report.html").read_text()
     assert "3/5 passed" in page and "regressed" in page
+
+
+RUBRIC = """
+[[case]]
+name = "polite"
+task = "be polite"
+expect = { rubric = { criteria = "The answer is kind." } }
+
+[[case]]
+name = "rude"
+task = "be rude"
+expect = { rubric = { criteria = "The answer is kind." } }
+"""
+
+
+def _judged_model(step: int, messages: list[dict[str, Any]]) -> Reply:
+    """The agent answers by its task; the judge (its own run, typed) passes a kind answer."""
+    task = next(m["content"] for m in messages if m["role"] == "user")
+    if task.startswith("Criteria:"):
+        kind = "kind friend" in task.split("The agent's answer:", 1)[1]
+        return say(call("finish", answer={"pass": kind, "reason": "kind" if kind else "unkind"}))
+    answer = "hello, kind friend" if task == "be polite" else "go away"
+    return say(call("finish", answer=answer))
+
+
+async def test_a_rubric_is_judged_by_a_run_of_its_own(agent: Agent, tmp_path: Path) -> None:
+    dataset = tmp_path / "rubric.toml"
+    dataset.write_text(RUBRIC)
+    async with agent.serving(_judged_model):
+        shown = await asyncio.to_thread(
+            run_cli, agent.settings, "eval", str(dataset), "--out", str(tmp_path / "r")
+        )
+    assert shown.returncode == 1, shown.stdout + shown.stderr
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    (polite, rude) = report["cases"]
+    assert polite["passed"] and not rude["passed"], json.dumps(report)
+    (check,) = rude["checks"]
+    assert check["name"] == "rubric" and check["reason"].startswith("unkind (judge run judge-")
