@@ -7,12 +7,22 @@ The logic is in `capstan.client.evals`. Exit 0 when nothing regressed against `-
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from capstan.cli.commands import EXIT_OK, EXIT_RUN_NOT_COMPLETED, Parsers
 from capstan.cli.support import client_for as _client
-from capstan.client.evals import EvalDatasetError, EvalReport, compare, load_dataset, run_eval
+from capstan.client.evals import (
+    EvalDatasetError,
+    EvalReport,
+    cases_from_runs,
+    compare,
+    dataset_lines,
+    load_dataset,
+    run_eval,
+)
 from capstan.runtime.config import Settings
 
 __all__ = ["register"]
@@ -30,7 +40,37 @@ def _baseline(path: str | None) -> EvalReport | None:
         raise EvalDatasetError(f"{path}: not an eval report (report.json): {first}") from None
 
 
+def _since(text: str) -> datetime:
+    """`7d`, `12h` (back from now) or an ISO date (checked before anything connects)."""
+    match = re.fullmatch(r"(\d+)([dh])", text)
+    if match:
+        amount = int(match.group(1))
+        delta = timedelta(days=amount) if match.group(2) == "d" else timedelta(hours=amount)
+        return datetime.now(UTC) - delta
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 7d, 12h or an ISO date") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+async def cmd_from_runs(args: argparse.Namespace, settings: Settings) -> int:
+    if args.write is None:
+        raise EvalDatasetError("--from-runs writes a dataset: name it with --write FILE.jsonl")
+    client = await _client(settings)
+    cases = await cases_from_runs(
+        client, limit=args.limit, terminal_reason=args.reason, agent=args.agent, since=args.since
+    )
+    Path(args.write).write_text(dataset_lines(cases), encoding="utf-8")
+    print(f"{len(cases)} case(s) from recorded runs in {args.write}")
+    return EXIT_OK
+
+
 async def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
+    if args.from_runs:
+        return await cmd_from_runs(args, settings)
+    if args.dataset is None:
+        raise EvalDatasetError("name a dataset (TOML or JSONL), or make one with --from-runs")
     dataset = load_dataset(Path(args.dataset))
     baseline = _baseline(args.baseline)  # both checked before anything runs
     client = await _client(settings)
@@ -64,7 +104,16 @@ async def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def register(parsers: Parsers) -> None:
     """Add `eval`."""
     p = parsers.add("eval", cmd_eval)
-    p.add_argument("dataset", help="a dataset of cases (TOML or JSONL)")
+    p.add_argument("dataset", nargs="?", default=None, help="a dataset of cases (TOML or JSONL)")
     p.add_argument("--baseline", default=None, metavar="REPORT", help="an earlier report.json")
     p.add_argument("--out", default="eval-report", metavar="DIR", help="where reports go")
     p.add_argument("--concurrency", type=int, default=4, help="cases running at once")
+    made = p.add_argument_group("making a dataset from recorded runs")
+    made.add_argument(
+        "--from-runs", action="store_true", help="write recorded runs as cases (--write)"
+    )
+    made.add_argument("--write", default=None, metavar="FILE", help="the JSONL dataset to write")
+    made.add_argument("--reason", default=None, help="only runs that ended with this reason")
+    made.add_argument("--agent", default=None, help="only runs of this agent definition")
+    made.add_argument("--since", type=_since, default=None, help="7d, 12h or an ISO date")
+    made.add_argument("--limit", type=int, default=50, help="at most this many cases")

@@ -49,7 +49,9 @@ __all__ = [
     "EvalDatasetError",
     "EvalReport",
     "Expect",
+    "cases_from_runs",
     "compare",
+    "dataset_lines",
     "load_dataset",
     "run_eval",
 ]
@@ -121,6 +123,8 @@ class EvalCase(StrictModel):
     #: answers to `ask_user` questions, in order (none left: the question is denied)
     answers: list[str] = []
     expect: Expect = Expect()
+    #: the recorded run this case was made from (`cases_from_runs`): `capstan fork` replays it
+    from_run: str | None = None
 
 
 class EvalDataset(StrictModel):
@@ -199,6 +203,68 @@ def _spec(dataset: EvalDataset, case: EvalCase) -> RunSpec:
         first = exc.errors()[0]
         field = ".".join(str(p) for p in first["loc"])
         raise EvalDatasetError(f"case {case.name!r}: spec.{field}: {first['msg']}") from None
+
+
+# From production --------------------------------------------------------------------------------
+
+#: runs the eval machinery starts itself: never made into cases
+_EVAL_PREFIXES = ("eval-", "judge-")
+
+
+async def cases_from_runs(
+    client: CapstanClient,
+    *,
+    limit: int = 50,
+    terminal_reason: str | None = None,
+    agent: str | None = None,
+    since: datetime | None = None,
+) -> list[EvalCase]:
+    """Recorded runs as cases, newest first: each run's task and spec, and its outcome as the
+    expectation (its terminal reason, the tools it called, and for a typed answer the answer
+    itself), so a change is checked against the work the agent really did."""
+    cases: list[EvalCase] = []
+    async for summary in client.list_runs(limit=10 * limit, terminal_reason=terminal_reason):
+        if len(cases) >= limit:
+            break
+        if summary.status != "completed" or summary.run_id.startswith(_EVAL_PREFIXES):
+            continue
+        if since is not None and datetime.fromisoformat(summary.started) < since:
+            break  # newest first: the rest are older
+        case = await _case_of(client, summary.run_id, agent)
+        if case is not None:
+            cases.append(case)
+    return cases
+
+
+async def _case_of(client: CapstanClient, run_id: str, agent: str | None) -> EvalCase | None:
+    from capstan.audit.history import decode_history, load_histories
+    from capstan.core.workflow_io import AgentInput
+
+    histories = await load_histories(client.client, run_id)
+    started = next(iter(decode_history(histories[0])), None) if histories else None
+    if started is None or not isinstance(started.data, AgentInput):
+        return None
+    spec = started.data.spec
+    if (agent is not None and spec.agent != agent) or spec.thread is not None:
+        return None
+    result = await client.result(run_id)
+    steps = build_transcript(client.content(), await client.transcript_view(run_id))
+    called = sorted({call.name for step in steps for call in step.tool_calls} - {"finish"})
+    expect: dict[str, Any] = {"terminal_reason": result.terminal_reason, "tools_called": called}
+    if result.output_format == "json" and result.output is not None:
+        expect["output_equals"] = client.content().resolve(result.output)
+    public = spec.model_dump(exclude_unset=True, exclude=set(INTERNAL_FIELDS) | {"task", "run_id"})
+    task = spec.task or ""
+    if not task:
+        return None
+    return EvalCase.model_validate(
+        {"name": run_id, "task": task, "spec": public, "expect": expect, "from_run": run_id}
+    )
+
+
+def dataset_lines(cases: list[EvalCase]) -> str:
+    """A JSONL dataset of `cases` (`capstan eval --from-runs --write`)."""
+    return "".join(case.model_dump_json(exclude_defaults=True) + "\n" for case in cases)
 
 
 # Running ---------------------------------------------------------------------------------------

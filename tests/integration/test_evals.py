@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -150,3 +151,54 @@ async def test_a_rubric_is_judged_by_a_run_of_its_own(agent: Agent, tmp_path: Pa
     assert polite["passed"] and not rude["passed"], json.dumps(report)
     (check,) = rude["checks"]
     assert check["name"] == "rubric" and check["reason"].startswith("unkind (judge run judge-")
+
+
+async def test_cases_from_recorded_runs_catch_a_changed_trajectory(
+    agent: Agent, tmp_path: Path
+) -> None:
+    """Two recorded runs become cases (their task, their outcome as the expectation); the
+    same model passes them; a model that no longer writes fails the writing one."""
+    version = {"v": 1}
+
+    def model(step: int, messages: list[dict[str, Any]]) -> Reply:
+        task = next(m["content"] for m in messages if m["role"] == "user")
+        if task == "write" and step == 0 and version["v"] == 1:
+            return say(call("write_file", path="notes.txt", content="x"))
+        return say(call("finish", answer=f"done: {task}"))
+
+    since = datetime.now(UTC).isoformat()
+    async with agent.serving(model) as live:
+        for task in ("write", "greet"):
+            run_id = await live.start(agent.spec(task, auto_approve=True))
+            await asyncio.wait_for(live.client.result(run_id), 60)
+        dataset = tmp_path / "recorded.jsonl"
+        made = await asyncio.to_thread(
+            run_cli,
+            agent.settings,
+            "eval",
+            "--from-runs",
+            "--write",
+            str(dataset),
+            "--since",
+            since,
+        )
+        same = await asyncio.to_thread(
+            run_cli, agent.settings, "eval", str(dataset), "--out", str(tmp_path / "same")
+        )
+        version["v"] = 2
+        changed = await asyncio.to_thread(
+            run_cli,
+            agent.settings,
+            "eval",
+            str(dataset),
+            "--out",
+            str(tmp_path / "changed"),
+            "--baseline",
+            str(tmp_path / "same" / "report.json"),
+        )
+    assert made.returncode == 0 and "2 case(s)" in made.stdout, made.stdout + made.stderr
+    cases = [json.loads(line) for line in dataset.read_text().splitlines()]
+    assert {c["task"] for c in cases} == {"write", "greet"}
+    assert all(c["from_run"] == c["name"] for c in cases)
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert changed.returncode == 1 and "1 regression(s)" in changed.stdout, changed.stdout
