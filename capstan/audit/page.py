@@ -81,6 +81,7 @@ def _overview(r: Review) -> str:
             if r.ended
             else still,
         ),
+        *([("Forked from", esc(r.forked_from))] if r.forked_from else []),
         ("Model", esc(", ".join(r.models)) or "—"),
         ("Calls", f"{count(r.model_calls)} model calls · {count(r.tool_calls)} tool calls"),
         ("Temporal runs", " ".join(f"<code>{esc(t)}</code>" for t in r.temporal_runs)),

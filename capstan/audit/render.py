@@ -74,6 +74,7 @@ def _md_summary(r: Review) -> list[str]:
         ("Tokens in / out", f"{count(r.input_tokens)} / {count(r.output_tokens)}"),
         ("Started", f"{utc(r.started_at)} by {r.started_by} (recorded by Temporal)"),
         ("Ended", utc((r.ended or {}).get("time")) if r.ended else "still running"),
+        *([("Forked from", r.forked_from)] if r.forked_from else []),
         ("Record", verdict),
     ]
     lines = [f"# Audit of run `{r.run_id}`", "", f"**Task:** {r.task}", "", "| | |", "|---|---|"]

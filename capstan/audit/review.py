@@ -76,6 +76,17 @@ class Review:
     blocks: list[Block] = field(default_factory=list)
 
     @property
+    def forked_from(self) -> str | None:
+        """For a fork (`capstan fork`): where it branched off, in words; None otherwise."""
+        point = (self.spec or {}).get("forked_from")
+        if not isinstance(point, dict):
+            return None
+        return (
+            f"run {point.get('run_id')} after step {point.get('step')}: the steps before are "
+            "that run's (audit it for them); this run's own follow"
+        )
+
+    @property
     def started_at(self) -> str | None:
         return self.records[0]["time"] if self.records else None
 

@@ -65,6 +65,7 @@ async def test_a_fork_repeats_no_call_of_its_prefix_and_names_its_parent(
         with pytest.raises(ForkError, match=r"--at-step is 0\.\.3, not 9"):
             await fork(client, parent, 9)
         histories = await load_histories(client.client, forked)
+        audit = await asyncio.to_thread(run_cli, agent.settings, "audit", forked, "--format", "md")
 
     # one model call: step 3 of the parent's conversation, with exactly its input
     assert len(fork_requests) == 1
@@ -75,6 +76,9 @@ async def test_a_fork_repeats_no_call_of_its_prefix_and_names_its_parent(
     started = decode_history(histories[0])[0]
     assert isinstance(started.data, AgentInput)
     assert started.data.spec.forked_from == ForkPoint(run_id=parent, step=2)
+    # its audit names the prefix once (the parent's) and holds only its own model call
+    assert f"| Forked from | run {parent} after step 2" in audit.stdout, audit.stdout
+    assert audit.stdout.count("model call") <= 2
     # at step 0 with another system prompt: the task again, under the new prompt
     second_request = live.fake.requests[calls_before + 1]["messages"]
     assert second_request[0] == {"role": "system", "content": "You are the forked agent."}
