@@ -143,3 +143,38 @@ async def test_real_model_returns_a_schema_valid_object(
     assert result.terminal_reason is TerminalReason.COMPLETED, result.error
     assert result.output_format == "json"
     assert isinstance(data["containers_per_hour"], int) and data["unit"] == "hour"
+
+
+async def test_an_eval_on_the_bundled_model(temporal, settings: Settings, served, tmp_path) -> None:
+    """A tiny dataset on the real (tiny) model: the case runs in its own workspace with its
+    fixture, and the report says what it did."""
+    import httpx
+
+    from capstan.client.evals import load_dataset, run_eval
+    from capstan.host.config import load_worker_config
+    from capstan.worker import build_worker
+
+    (tmp_path / "notes.txt").write_text(NOTES)
+    spec = local_spec()
+    dataset = tmp_path / "tiny.toml"
+    dataset.write_text(
+        f"""
+defaults = {{ model = "{spec.model}", allowed_tools = ["read_file"], max_steps = 6 }}
+
+[[case]]
+name = "reads the notes"
+task = "{spec.task}"
+fixtures = {{ "notes.txt" = "notes.txt" }}
+spec = {{ guards = {{ finish_requires = ["read_file"] }}, system_prompt = "{spec.system_prompt}" }}
+expect = {{ terminal_reason = "completed", tools_called = ["read_file"] }}
+"""
+    )
+    async with (
+        httpx.AsyncClient() as http,
+        build_worker(temporal, load_worker_config(settings, env_for(served)), http),
+    ):
+        client = CapstanClient(temporal, settings)
+        report = await asyncio.wait_for(run_eval(client, load_dataset(dataset)), 600)
+    (case,) = report.cases
+    assert case.passed, case
+    assert case.run_id is not None and case.steps >= 2
