@@ -104,6 +104,9 @@ COMMANDS: Mapping[str, CommandEntry] = {
     "schema": CommandEntry(
         "print the JSON Schema of a wire shape (steer, run-spec, ...)", ("capstan.cli.schema",)
     ),
+    "mcp": CommandEntry(
+        "durable runs as MCP tools for model clients (stdio)", ("capstan.cli.mcp_serve",)
+    ),
     "server": CommandEntry("run the embedded Temporal dev server (and its Web UI)", _PROCESSES),
     "worker": CommandEntry("run a worker (starting the embedded server if needed)", _PROCESSES),
     "model": CommandEntry("serve the bundled offline model: `capstan model serve`", _PROCESSES),
