@@ -72,6 +72,14 @@ async def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     if args.dataset is None:
         raise EvalDatasetError("name a dataset (TOML or JSONL), or make one with --from-runs")
     dataset = load_dataset(Path(args.dataset))
+    if args.fork_at is not None:  # the cases made from recorded runs, as forks after that step
+        cases = [
+            c.model_copy(update={"fork_at": args.fork_at})
+            if c.from_run and c.fork_at is None
+            else c
+            for c in dataset.cases
+        ]
+        dataset = dataset.model_copy(update={"cases": cases})
     baseline = _baseline(args.baseline)  # both checked before anything runs
     client = await _client(settings)
     print(f"running {len(dataset.cases)} case(s) of {dataset.name}", file=sys.stderr, flush=True)
@@ -108,6 +116,13 @@ def register(parsers: Parsers) -> None:
     p.add_argument("--baseline", default=None, metavar="REPORT", help="an earlier report.json")
     p.add_argument("--out", default="eval-report", metavar="DIR", help="where reports go")
     p.add_argument("--concurrency", type=int, default=4, help="cases running at once")
+    p.add_argument(
+        "--fork-at",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run cases made from recorded runs as forks after step N (the prefix not paid)",
+    )
     made = p.add_argument_group("making a dataset from recorded runs")
     made.add_argument(
         "--from-runs", action="store_true", help="write recorded runs as cases (--write)"

@@ -125,6 +125,9 @@ class EvalCase(StrictModel):
     expect: Expect = Expect()
     #: the recorded run this case was made from (`cases_from_runs`): `capstan fork` replays it
     from_run: str | None = None
+    #: run the case as a fork of `from_run` after this step (`capstan.client.forks`): the
+    #: recorded prefix is not paid again, only what comes after it is evaluated
+    fork_at: int | None = Field(None, ge=0)
 
 
 class EvalDataset(StrictModel):
@@ -180,6 +183,10 @@ def load_dataset(path: Path) -> EvalDataset:
         if case.name in seen:
             raise EvalDatasetError(f"{path}: case {case.name!r}: name: used by another case")
         seen.add(case.name)
+        if case.fork_at is not None and case.from_run is None:
+            raise EvalDatasetError(
+                f"{path}: case {case.name!r}: fork_at: needs from_run, the run to fork"
+            )
         for workspace_path, source in case.fixtures.items():
             if not (dataset.folder / source).is_file():
                 raise EvalDatasetError(
@@ -228,7 +235,10 @@ async def cases_from_runs(
             break
         if summary.status != "completed" or summary.run_id.startswith(_EVAL_PREFIXES):
             continue
-        if since is not None and datetime.fromisoformat(summary.started) < since:
+        # a listing gives start times to the second: a run of that second is in
+        if since is not None and datetime.fromisoformat(summary.started) < since.replace(
+            microsecond=0
+        ):
             break  # newest first: the rest are older
         case = await _case_of(client, summary.run_id, agent)
         if case is not None:
@@ -361,8 +371,13 @@ async def run_case(client: CapstanClient, dataset: EvalDataset, case: EvalCase) 
     run_id = f"eval-{uuid.uuid4().hex[:12]}"
     key = f"evals/{run_id}"
     await asyncio.to_thread(_prepare_workspace, client, dataset, case, key)
-    spec = _spec(dataset, case).model_copy(update={"run_id": run_id, "workspace": key})
-    await client.start_run(spec)
+    spec = _spec(dataset, case)
+    if case.fork_at is not None and case.from_run is not None:
+        from capstan.client.forks import fork_spec
+
+        changes = {**dataset.defaults, **case.spec}
+        spec = await fork_spec(client, case.from_run, case.fork_at, overrides=changes)
+    await client.start_run(spec.model_copy(update={"run_id": run_id, "workspace": key}))
     steering = asyncio.ensure_future(_steer_until_done(client, run_id, case))
     try:
         result = await client.result(run_id)

@@ -168,9 +168,16 @@ async def test_cases_from_recorded_runs_catch_a_changed_trajectory(
 
     since = datetime.now(UTC).isoformat()
     async with agent.serving(model) as live:
+        recorded = []
         for task in ("write", "greet"):
             run_id = await live.start(agent.spec(task, auto_approve=True))
             await asyncio.wait_for(live.client.result(run_id), 60)
+            recorded.append(run_id)
+        for _ in range(100):  # until visibility lists both as closed
+            listed = {r.run_id: r.status async for r in live.client.list_runs(limit=20)}
+            if all(listed.get(r) == "completed" for r in recorded):
+                break
+            await asyncio.sleep(0.1)
         dataset = tmp_path / "recorded.jsonl"
         made = await asyncio.to_thread(
             run_cli,
@@ -196,6 +203,21 @@ async def test_cases_from_recorded_runs_catch_a_changed_trajectory(
             "--baseline",
             str(tmp_path / "same" / "report.json"),
         )
+        before = len(live.fake.requests)
+        forked = await asyncio.to_thread(
+            run_cli,
+            agent.settings,
+            "eval",
+            str(dataset),
+            "--out",
+            str(tmp_path / "forked"),
+            "--fork-at",
+            "1",
+        )
+        forked_calls = len(live.fake.requests) - before
+    # as forks after step 1 the recorded write is in the prefix: both pass, one call each
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    assert forked_calls == 2, (tmp_path / "forked" / "report.json").read_text()
     assert made.returncode == 0 and "2 case(s)" in made.stdout, made.stdout + made.stderr
     cases = [json.loads(line) for line in dataset.read_text().splitlines()]
     assert {c["task"] for c in cases} == {"write", "greet"}
