@@ -146,8 +146,11 @@ async def test_twelve_thousand_messages_to_a_paused_run(agent: Agent, workspace)
         await client.cancel(run_id, reason="enough")
         run = await live.finish(run_id, timeout=60)
         failed = await _failed_tasks(client, run_id)
-    # the server may shed load (a task force-closed with 100 signals buffered); nothing else
-    assert [cause for cause in failed if not cause.endswith("FORCE_CLOSE_COMMAND")] == []
+    # the server may shed load (a task force-closed with 100 signals buffered), or refuse a
+    # continue-as-new while signals it has not delivered wait (UNHANDLED_COMMAND: the run takes
+    # them and decides again, so none is lost); nothing else
+    benign = ("FORCE_CLOSE_COMMAND", "UNHANDLED_COMMAND")
+    assert [cause for cause in failed if not cause.endswith(benign)] == []
     assert run.result.terminal_reason is TerminalReason.CANCELLED
     assert run.result.error == "enough"
     assert run.status.continued >= 12_000 // SIGNALS_BEFORE_CONTINUE
