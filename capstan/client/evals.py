@@ -247,14 +247,9 @@ async def cases_from_runs(
 
 
 async def _case_of(client: CapstanClient, run_id: str, agent: str | None) -> EvalCase | None:
-    from capstan.audit.history import decode_history, load_histories
-    from capstan.core.workflow_io import AgentInput
-
-    histories = await load_histories(client.client, run_id)
-    started = next(iter(decode_history(histories[0])), None) if histories else None
-    if started is None or not isinstance(started.data, AgentInput):
+    spec = await client.started_spec(run_id)
+    if spec is None:
         return None
-    spec = started.data.spec
     if (agent is not None and spec.agent != agent) or spec.thread is not None:
         return None
     result = await client.result(run_id)

@@ -67,9 +67,8 @@ def _calls(entries: list[Entry]) -> dict[int, tuple[CallModelInput, ModelReply |
         if not isinstance(e.data, CallModelInput):
             continue
         reply = e.result if isinstance(e.result, ModelReply) else None
-        before = calls.get(e.data.step)
-        if before is None or reply is not None:
-            calls[e.data.step] = (e.data, reply if reply is not None else before and before[1])
+        if reply is not None or e.data.step not in calls:
+            calls[e.data.step] = (e.data, reply)
     return calls
 
 

@@ -239,6 +239,17 @@ class CapstanClient:
         text = self.content().resolve(result.output)
         return json.loads(text) if result.output_format == "json" else text
 
+    async def started_spec(self, run_id: str, execution: str | None = None) -> RunSpec | None:
+        """The spec a run started with, from the first event of its history (of `execution`,
+        default the latest: a continue-as-new carries the same spec); None for another
+        workflow type."""
+        handle = self.client.get_workflow_handle(run_id, run_id=execution)
+        async for event in handle.fetch_history_events(page_size=1):
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            (start,) = await self.client.data_converter.decode(list(payloads)[:1], [AgentInput])
+            return start.spec if isinstance(start, AgentInput) else None
+        return None
+
     async def describe(self, run_id: str) -> WorkflowExecutionDescription:
         """The run's latest execution; `RunNotFoundError` names an unknown id."""
         try:

@@ -242,7 +242,7 @@ class Threads:
         if spec is not None:
             spec = privilege.admit(spec, scopes)
         elif execution is not None:
-            spec = await self._spec_of(run_id, execution)
+            spec = await self.capstan.started_spec(run_id, execution)
             spec = privilege.admit(spec, scopes, inherited=True) if spec else None
         base = (spec or RunSpec(task=text)).model_copy(
             update={
@@ -376,16 +376,6 @@ class Threads:
         )
         result: RunResult = await handle.result(follow_runs=False)
         return result
-
-    async def _spec_of(self, run_id: str, execution: str) -> RunSpec | None:
-        """The spec an execution started with, from the first event of its history."""
-        handle = self.capstan.client.get_workflow_handle(run_id, run_id=execution)
-        async for event in handle.fetch_history_events(page_size=1):
-            payloads = event.workflow_execution_started_event_attributes.input.payloads
-            converter = self.capstan.client.data_converter
-            (start,) = await converter.decode(list(payloads)[:1], [AgentInput])
-            return start.spec if isinstance(start, AgentInput) else None
-        return None
 
     async def _latest(self, run_id: str) -> WorkflowExecutionDescription | None:
         try:
