@@ -208,12 +208,12 @@ def _thread_after(previous: RunSpec) -> Threads:
     async def result(_run_id: str, _execution: str) -> RunResult:
         return RunResult(run_id="thread-t", terminal_reason=TerminalReason.COMPLETED)
 
-    async def spec_of(_run_id: str, _execution: str) -> RunSpec:
+    async def spec_of(_run_id: str, _execution: str | None = None) -> RunSpec:
         return previous
 
     threads._last_returned = last  # type: ignore[method-assign]
     threads._result = result  # type: ignore[method-assign]
-    threads._spec_of = spec_of  # type: ignore[method-assign]
+    threads.capstan.started_spec = spec_of  # type: ignore[method-assign]
     return threads
 
 
