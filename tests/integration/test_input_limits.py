@@ -153,7 +153,10 @@ async def test_twelve_thousand_messages_to_a_paused_run(agent: Agent, workspace)
     assert [cause for cause in failed if not cause.endswith(benign)] == []
     assert run.result.terminal_reason is TerminalReason.CANCELLED
     assert run.result.error == "enough"
-    assert run.status.continued >= 12_000 // SIGNALS_BEFORE_CONTINUE
+    # a continue-as-new of a paused run with more than 200 waiting first spills them (an
+    # activity), and signals keep arriving meanwhile: an execution may take somewhat more than
+    # SIGNALS_BEFORE_CONTINUE, still far below the server's 10,000 (every message is counted below)
+    assert run.status.continued >= 12_000 // (2 * SIGNALS_BEFORE_CONTINUE)
     users = [m["content"] for m in run.messages(1, "user")][1:]
     assert users[0] == "the first" and "the first, again" not in users
     # the model gets the oldest INBOX_MESSAGES a call; the run was cancelled at the next step,
