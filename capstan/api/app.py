@@ -10,6 +10,8 @@ tenants and their events live in Temporal. Run as many as you like behind a load
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
@@ -21,6 +23,7 @@ from capstan.api.backend import Backend, WriteLimiter
 from capstan.api.document import operation_id, shape_document
 from capstan.api.errors import BodyLimit, install_error_handlers
 from capstan.api.headers import HeaderGuard
+from capstan.api.mcp_http import McpEndpoint
 from capstan.client.runs import CapstanClient
 from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
@@ -35,8 +38,20 @@ def create_app(
     tokens: TokenStore | None = None,
     client: CapstanClient | None = None,
 ) -> FastAPI:
-    """The app; `tokens` default to `load_tokens(api)`, `client` connects on first use."""
+    """The app; `tokens` default to `load_tokens(api)`, `client` connects on first use. Its
+    lifespan runs the MCP endpoint's sessions (`/mcp`): serve it with the lifespan on."""
+    tokens = tokens if tokens is not None else load_tokens(api)
+    backend = Backend(settings, client)
+    limiter = WriteLimiter(api.writes_per_minute)
+    mcp = McpEndpoint(tokens, backend, limiter)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with mcp.running():
+            yield
+
     app = FastAPI(
+        lifespan=lifespan,
         title="Capstan",
         summary="Start, steer and follow durable agent runs; approve their tool calls.",
         version="1",
@@ -46,14 +61,15 @@ def create_app(
         generate_unique_id_function=operation_id,  # `start_run` -> `startRun`
     )
     app.state.api = api
-    app.state.tokens = tokens if tokens is not None else load_tokens(api)
-    app.state.backend = Backend(settings, client)
-    app.state.limiter = WriteLimiter(api.writes_per_minute)
+    app.state.tokens = tokens
+    app.state.backend = backend
+    app.state.limiter = limiter
     install_error_handlers(app)
     app.include_router(routes.router)
     app.include_router(steer_routes.router)
     app.include_router(thread_routes.router)
     app.include_router(pages.router)
+    app.router.routes.append(mcp.route())  # MCP over streamable HTTP: /mcp
     app.add_middleware(BodyLimit, limit=api.max_body_bytes)
     app.add_middleware(HeaderGuard)  # outermost: headers are checked before a body is read
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]

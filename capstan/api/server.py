@@ -19,7 +19,7 @@ async def serve(settings: Settings, api: ApiSettings) -> None:
         app,
         host=api.host,
         port=api.port,
-        lifespan="off",
+        lifespan="on",  # runs the MCP sessions (`/mcp`)
         log_level="info",
         server_header=False,
         timeout_graceful_shutdown=5,  # open event streams end here; clients resume by id
@@ -27,8 +27,8 @@ async def serve(settings: Settings, api: ApiSettings) -> None:
     server = uvicorn.Server(config)
     shown = "127.0.0.1" if api.host in ("0.0.0.0", "::") else api.host
     print(
-        f"capstan serve: inbox http://{shown}:{api.port}/  API /api  OpenAPI /openapi.json "
-        f"(Temporal {settings.address}, {len(app.state.tokens)} tokens)",
+        f"capstan serve: inbox http://{shown}:{api.port}/  API /api  OpenAPI /openapi.json  "
+        f"MCP /mcp (Temporal {settings.address}, {len(app.state.tokens)} tokens)",
         flush=True,
     )
     await server.serve()

@@ -40,7 +40,7 @@ from capstan.core.steering import (
 )
 from capstan.core.strict import StrictModel
 
-__all__ = ["body_model", "router", "scope_of"]
+__all__ = ["body_model", "decide_request", "router", "scope_of", "send_input"]
 
 router = APIRouter(prefix="/api", responses=ERROR_RESPONSES, tags=["steering"])
 Runs = Annotated[Tenancy, Depends(tenancy)]
@@ -99,9 +99,10 @@ async def _deliver(runs: Tenancy, run_id: str, item: SteeringBase, checked: bool
     return _result(run_id, item, ack)
 
 
-async def _send(
+async def send_input(
     runs: Tenancy, run_id: str, principal: Principal, item: SteeringBase, checked: bool
 ) -> SteerResult:
+    """Send `item` to the principal's run, in the principal's name (the REST routes, MCP)."""
     await runs.owned(run_id, principal)
     item = item.model_copy(update={"identity": principal.identity, "id": item.id or _new_id()})
     return await _deliver(runs, run_id, item, checked)
@@ -121,7 +122,7 @@ def _input_route(kind: type[SteeringPayload]) -> Callable[..., Awaitable[SteerRe
     ) -> SteerResult:
         values = body.model_dump() if body is not None else {}
         item = kind.model_validate(values)
-        return await _send(runs, run_id, principal, item, checked)
+        return await send_input(runs, run_id, principal, item, checked)
 
     p = inspect.Parameter.KEYWORD_ONLY
     body_type: Any = Annotated[model | None, Body()] if optional else Annotated[model, Body()]
@@ -174,7 +175,7 @@ async def _open_request(runs: Tenancy, run_id: str, request_id: str | None) -> A
     return match
 
 
-async def _decide(
+async def decide_request(
     *,
     runs: Tenancy,
     run_id: str,
@@ -183,6 +184,8 @@ async def _decide(
     action: Literal["approve", "deny", "edit", "always"],
     arguments: str | None = None,
 ) -> SteerResult:
+    """Decide an open approval request of the principal's run, bound to the hash of the
+    arguments the reviewer was shown (the REST routes, MCP)."""
     await runs.owned(run_id, principal)
     request = await _open_request(runs, run_id, body.request_id)
     if arguments is not None:
@@ -209,7 +212,7 @@ async def approve(
     body = body or ApproveBody()
     if body.arguments is not None:
         edited = json.dumps(body.arguments, ensure_ascii=False)
-        return await _decide(
+        return await decide_request(
             runs=runs,
             run_id=run_id,
             principal=principal,
@@ -218,10 +221,14 @@ async def approve(
             arguments=edited,
         )
     action: Literal["approve", "always"] = "always" if body.always else "approve"
-    return await _decide(runs=runs, run_id=run_id, principal=principal, body=body, action=action)
+    return await decide_request(
+        runs=runs, run_id=run_id, principal=principal, body=body, action=action
+    )
 
 
 @router.post("/runs/{run_id}/deny", response_model=SteerResult)
 async def deny(run_id: RunIdPath, runs: Runs, principal: Approver, body: DenyBody) -> SteerResult:
     """`capstan deny`: the reason is the observation the model sees."""
-    return await _decide(runs=runs, run_id=run_id, principal=principal, body=body, action="deny")
+    return await decide_request(
+        runs=runs, run_id=run_id, principal=principal, body=body, action="deny"
+    )

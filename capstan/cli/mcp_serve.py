@@ -12,10 +12,10 @@ __all__ = ["register"]
 
 
 async def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
-    from capstan.api.mcp_server import build_server
+    from capstan.api.mcp_server import stdio_server
 
     client = await _client(settings)  # no server answering: one line, before stdio opens
-    await build_server(client).run_stdio_async()
+    await stdio_server(client).run_stdio_async()
     return EXIT_OK
 
 

@@ -87,10 +87,19 @@ async def api_client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 @contextlib.asynccontextmanager
 async def served(app: FastAPI) -> AsyncIterator[str]:
-    """The app on a real socket (uvicorn, in this event loop); yields its base URL."""
+    """The app on a real socket (uvicorn, in this event loop); yields its base URL. The app's
+    lifespan (the MCP sessions) runs here: uvicorn skips its shutdown on a forced exit."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
     server = quiet_server(config)  # in this event loop: the test runner keeps its signals
+    async with app.router.lifespan_context(app):
+        async with _serving(server) as base:
+            yield base
+
+
+@contextlib.asynccontextmanager
+async def _serving(server: uvicorn.Server) -> AsyncIterator[str]:
+    port = server.config.port
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:

@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -31,15 +30,13 @@ import pytest
 
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import call, say
-from tests.conftest import free_port
-from tests.integration.helpers import ROOT
+from tests.integration import outside
 from tests.integration.scripted_agent import Agent
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 #: the generators and the compiler, pinned; bump them here on purpose
 NPM_TOOLS = {"openapi-fetch": "0.17.0", "openapi-typescript": "7.13.0", "typescript": "5.9.3"}
-NPM_DIR = ROOT / ".capstan" / "npm-tools"
 TOKEN = "generated-client-token-0123456789"
 BIN = Path(sys.executable).parent
 
@@ -94,24 +91,8 @@ TSCONFIG = {
 
 
 def npm_bin(name: str) -> Path:
-    """A pinned npm tool, installed into `.capstan/npm-tools` when it is not there yet."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed (apt-get install npm; `make test` does as root)")
-    manifest = {"name": "capstan-test-tools", "private": True, "dependencies": NPM_TOOLS}
-    target = NPM_DIR / "node_modules" / ".bin" / name
-    package = NPM_DIR / "package.json"
-    wanted = json.dumps(manifest, indent=2)
-    if not target.exists() or not package.exists() or package.read_text() != wanted:
-        NPM_DIR.mkdir(parents=True, exist_ok=True)
-        package.write_text(wanted)
-        subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=NPM_DIR,
-            check=True,
-            timeout=300,
-        )
-    return target
+    """A pinned npm tool of this file's kit."""
+    return outside.npm_bin("npm-tools", NPM_TOOLS, name)
 
 
 def run(*args: str | Path, cwd: Path) -> str:
@@ -132,41 +113,11 @@ def run(*args: str | Path, cwd: Path) -> str:
 def capstan_serve(settings: Settings, tmp_path: Path) -> Iterator[str]:
     """`capstan serve` on the test's server, queue and data dir; its base URL. The document
     it serves is written to `openapi.json` in the test's directory."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": settings.address,
-        "CAPSTAN_TASK_QUEUE": settings.task_queue,
-        "CAPSTAN_DATA_DIR": str(settings.data_dir),
-        "CAPSTAN_API_PORT": str(port),
-        "CAPSTAN_API_TOKEN": TOKEN,
-    }
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "capstan", "serve"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            if process.poll() is not None:
-                raise RuntimeError(f"capstan serve exited: {log.read_text()[-2000:]}")
-            try:
-                answer = httpx.get(f"{base}/openapi.json", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(f"capstan serve never answered: {log.read_text()[-2000:]}")
-        (tmp_path / "openapi.json").write_text(answer.text)  # the document, as served
+    env = {"CAPSTAN_API_TOKEN": TOKEN}
+    with outside.serve_process(settings, tmp_path / "serve.log", env) as base:
+        document = httpx.get(f"{base}/openapi.json", timeout=10).raise_for_status()
+        (tmp_path / "openapi.json").write_text(document.text)  # the document, as served
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def generate_python(document: Path, into: Path) -> ModuleType:
@@ -251,7 +202,7 @@ async def test_typescript_client_drives_a_run(
     await asyncio.to_thread(
         run, generator, tmp_path / "openapi.json", "-o", tmp_path / "api.d.ts", cwd=tmp_path
     )
-    (tmp_path / "node_modules").symlink_to(NPM_DIR / "node_modules")
+    (tmp_path / "node_modules").symlink_to(outside.npm_modules("npm-tools", NPM_TOOLS))
     (tmp_path / "drive.mts").write_text(DRIVE_TS)
     config = {
         "compilerOptions": {
