@@ -26,11 +26,12 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
@@ -42,7 +43,7 @@ from capstan.audit.history import load_histories
 from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail
 from capstan.audit.tree import tree_entries
-from capstan.client.runs import CapstanClient
+from capstan.client.runs import CapstanClient, RunNotFoundError
 from capstan.core.errors import CapstanError
 from capstan.core.spec import RunSpec
 from capstan.core.steering import ApprovalRequest
@@ -234,16 +235,22 @@ async def review(
 
 
 async def audit(run_id: str, ctx: Context) -> str:
-    """Everything the run saw and did, as a verified trail (Markdown)."""
+    """Everything the run saw and did, as a verified trail (Markdown). An unknown run (or
+    another tenant's) is the protocol's "resource not found"; a missing scope, its error."""
     try:
         access = await _access(ctx)
         await access.reach(run_id, Scope.READ)
-    except (CapstanError, ApiError) as exc:
+    except RunNotFoundError as exc:
+        raise ResourceNotFoundError(str(exc)) from None
+    except ApiError as exc:
+        error = ResourceNotFoundError if exc.status == HTTPStatus.NOT_FOUND else ResourceError
+        raise error(str(exc).splitlines()[0]) from None
+    except CapstanError as exc:
         raise ResourceError(str(exc).splitlines()[0]) from None
     client: CapstanClient = access.client
     histories = await load_histories(client.client, run_id)
     if not histories:
-        raise ResourceError(f"no run {run_id!r}")
+        raise ResourceNotFoundError(f"no run {run_id!r}")
     entries = await tree_entries(client.client, histories)
     records, issues = build_trail(entries, client.content())
     return render_trail(records, issues, "md")

@@ -1,0 +1,183 @@
+"""The protocol endpoints that the OpenAPI document does not describe (JSON-RPC: MCP at
+`/mcp`), fuzzed: well-formed and malformed messages, every method with arbitrary params, every
+tool with arbitrary arguments, on a real socket. No answer is a 5xx, a JSON-RPC internal error
+(-32603: an exception nobody turned into the protocol's error) or a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from capstan.client.runs import CapstanClient
+from tests.integration.scripted_agent import Agent
+from tests.integration.test_api_helpers import ALICE, MALLORY, READER, app_for, auth, served
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+PROTOCOL = "2025-11-25"
+ACCEPT = {"Accept": "application/json, text/event-stream"}
+TOOLS = [
+    "start_run",
+    "run_status",
+    "run_result",
+    "pending",
+    "approve",
+    "deny",
+    "answer",
+    "send_message",
+    "review",
+    "no_such_tool",
+]
+ARGUMENTS = ["run_id", "task", "agent", "model", "max_steps", "request_id", "reason", "text"]
+METHODS = [
+    "initialize",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "prompts/list",
+    "completion/complete",
+    "logging/setLevel",
+    "no/such/method",
+]
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+run_ids = st.sampled_from(["run-x", "", "thread-acme", "../../etc", "r" * 300]) | st.text(
+    max_size=30
+)
+tool_calls = st.fixed_dictionaries(
+    {
+        "name": st.sampled_from(TOOLS),
+        "arguments": st.dictionaries(
+            st.sampled_from(ARGUMENTS), st.one_of(run_ids, json_values), max_size=5
+        ),
+    }
+)
+messages = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "id": st.integers(0, 10_000),
+            "method": st.just("tools/call"),
+            "params": tool_calls,
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.sampled_from(["2.0", "1.0", ""]),
+            "id": st.one_of(st.integers(), st.text(max_size=8), st.none()),
+            "method": st.sampled_from(METHODS) | st.text(max_size=20),
+            "params": json_values,
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "id": st.integers(0, 100),
+            "method": st.just("resources/read"),
+            "params": st.fixed_dictionaries(
+                {"uri": st.builds("capstan://runs/{}/audit".format, run_ids) | st.text(max_size=40)}
+            ),
+        }
+    ),
+    json_values,
+)
+tokens = st.sampled_from([ALICE, READER, MALLORY])
+
+
+def session(http: httpx.Client, token: str) -> str:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "fuzz", "version": "1"},
+        },
+    }
+    opened = http.post("/mcp", json=initialize, headers={**ACCEPT, **auth(token)})
+    opened.raise_for_status()
+    session_id = opened.headers["mcp-session-id"]
+    headers = {**ACCEPT, **auth(token), "mcp-session-id": session_id}
+    headers["mcp-protocol-version"] = PROTOCOL
+    done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    http.post("/mcp", json=done, headers=headers).raise_for_status()
+    return session_id
+
+
+def fuzz(base: str, examples: int) -> tuple[list[str], set[str]]:
+    """The failures, in words, and the kinds of answer seen (so a fuzzer that never reached
+    a tool cannot pass)."""
+    failures: list[str] = []
+    seen: set[str] = set()
+    with httpx.Client(base_url=base, timeout=60) as http:
+        sessions = {token: session(http, token) for token in (ALICE, READER, MALLORY)}
+
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(
+            message=messages,
+            token=tokens,
+            raw=st.booleans(),
+            version=st.sampled_from([PROTOCOL, "2026-07-28", "1999-01-01", ""]),
+        )
+        def check(message: Any, token: str, raw: bool, version: str) -> None:
+            headers = {**ACCEPT, **auth(token), "mcp-session-id": sessions[token]}
+            if version:
+                headers["mcp-protocol-version"] = version
+            body = json.dumps(message).encode()
+            if raw:
+                body = body[: max(1, len(body) // 2)]  # cut short: not JSON any more
+            answer = http.post(
+                "/mcp", content=body, headers={**headers, "Content-Type": "application/json"}
+            )
+            text = answer.text
+            problem = None
+            if answer.status_code >= 500:
+                problem = f"status {answer.status_code}"
+            elif "-32603" in text or "Traceback" in text:
+                problem = "an internal error"
+            if problem is not None:
+                failures.append(f"{problem} for {body[:300]!r}: {text[:500]}")
+            if '"isError":true' in text:
+                seen.add("tool error")
+            elif '"result"' in text:
+                seen.add("result")
+            if '"error"' in text:
+                seen.add("protocol error")
+
+        check()
+    return failures, seen
+
+
+async def test_mcp_endpoint_finds_nothing(agent: Agent) -> None:
+    async with agent.serving([]) as live:
+        # runs the fuzzer starts go to a queue no worker polls: fuzzed tasks must not run
+        idle_settings = agent.settings.model_copy(update={"task_queue": "fuzz-idle-mcp"})
+        idle = CapstanClient(live.client.client, idle_settings)
+        async with served(app_for(idle, writes_per_minute=1_000_000)) as base:
+            failures, seen = await asyncio.to_thread(fuzz, base, 200)
+        query = "TaskQueue = 'fuzz-idle-mcp' AND ExecutionStatus = 'Running'"
+        async for wf in live.client.client.list_workflows(query):
+            await live.client.client.get_workflow_handle(wf.id).terminate("fuzzed")
+    assert not failures, "\n".join(failures[:20])
+    assert seen == {"tool error", "result", "protocol error"}
