@@ -131,7 +131,7 @@ def load_tokens(settings: ApiSettings) -> TokenStore:
         )
     if not principals:
         raise ConfigError(
-            "capstan serve needs tokens: set CAPSTAN_API_TOKENS_FILE (TOML) or CAPSTAN_API_TOKEN"
+            "the HTTP server needs tokens: set CAPSTAN_API_TOKENS_FILE (TOML) or CAPSTAN_API_TOKEN"
         )
     return TokenStore(principals)
 

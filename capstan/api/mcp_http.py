@@ -29,18 +29,23 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from capstan.api.auth import TokenStore, digest
+from capstan.api.auth import TokenStore, digest, load_tokens
 from capstan.api.backend import Backend, WriteLimiter
+from capstan.api.headers import HeaderGuard
 from capstan.api.mcp_access import RunAccess, TenantAccess
 from capstan.api.mcp_server import build_server
 from capstan.api.tenancy import Tenancy
+from capstan.runtime.api_settings import ApiSettings
+from capstan.runtime.config import Settings
 
-__all__ = ["MCP_PATH", "McpEndpoint"]
+__all__ = ["MCP_PATH", "McpEndpoint", "mcp_app"]
 
 MCP_PATH = "/mcp"
 
@@ -106,3 +111,20 @@ class McpEndpoint:
             raise PermissionError("no bearer token")
         runs = Tenancy(await self.backend.client(), self.backend.tenant_index)
         return TenantAccess(runs, principal, self.limiter)
+
+
+def mcp_app(settings: Settings, api: ApiSettings, *, tokens: TokenStore | None = None) -> Starlette:
+    """`capstan mcp --http`: only `/mcp`, with the API's tokens, tenants and write limit (for
+    a host that wants MCP without the REST API and the inbox). Tokens load here: a bad tokens
+    file is one `ConfigError` line before anything listens."""
+    tokens = tokens if tokens is not None else load_tokens(api)
+    endpoint = McpEndpoint(tokens, Backend(settings), WriteLimiter(api.writes_per_minute))
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with endpoint.running():
+            yield
+
+    return Starlette(
+        routes=[endpoint.route()], middleware=[Middleware(HeaderGuard)], lifespan=lifespan
+    )

@@ -105,7 +105,7 @@ COMMANDS: Mapping[str, CommandEntry] = {
         "print the JSON Schema of a wire shape (steer, run-spec, ...)", ("capstan.cli.schema",)
     ),
     "mcp": CommandEntry(
-        "durable runs as MCP tools for model clients (stdio)", ("capstan.cli.mcp_serve",)
+        "durable runs as MCP tools for model clients (stdio, or --http)", ("capstan.cli.mcp_serve",)
     ),
     "server": CommandEntry("run the embedded Temporal dev server (and its Web UI)", _PROCESSES),
     "worker": CommandEntry("run a worker (starting the embedded server if needed)", _PROCESSES),

@@ -57,10 +57,14 @@ def npm_bin(kit: str, packages: Mapping[str, str], name: str) -> Path:
 
 @contextlib.contextmanager
 def serve_process(
-    settings: Settings, log: Path, env: Mapping[str, str] | None = None
+    settings: Settings,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    command: tuple[str, ...] = ("serve",),
 ) -> Iterator[str]:
-    """`capstan serve` as its own process on the test's server, queue and data dir, until the
-    block ends; its base URL once it answers."""
+    """`capstan serve` (or another serving `command`, e.g. `mcp --http`) as its own process on
+    the test's server, queue and data dir, until the block ends; its base URL once it
+    answers."""
     port = free_port()
     environment = {
         **os.environ,
@@ -72,7 +76,7 @@ def serve_process(
     }
     with log.open("wb") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "capstan", "serve"],
+            [sys.executable, "-m", "capstan", *command],
             env=environment,
             cwd=ROOT,
             stdout=out,
@@ -82,14 +86,14 @@ def serve_process(
     try:
         for _ in range(600):
             if process.poll() is not None:
-                raise RuntimeError(f"capstan serve exited: {log.read_text()[-2000:]}")
+                raise RuntimeError(f"capstan {command[0]} exited: {log.read_text()[-2000:]}")
             try:
-                httpx.get(f"{base}/openapi.json", timeout=2).raise_for_status()
+                httpx.get(base, timeout=2)  # any answer: it listens
                 break
             except httpx.HTTPError:
                 time.sleep(0.1)
         else:
-            raise RuntimeError(f"capstan serve never answered: {log.read_text()[-2000:]}")
+            raise RuntimeError(f"capstan {command[0]} never answered: {log.read_text()[-2000:]}")
         yield base
     finally:
         process.terminate()

@@ -109,12 +109,14 @@ def check(seen: dict[str, Any], path: str) -> None:
     assert f"run `{seen['run_id']}`" in seen["audit"]
 
 
+@pytest.mark.parametrize("command", [("serve",), ("mcp", "--http")], ids=["serve", "mcp-http"])
 async def test_the_inspector_over_http_with_a_token(
-    agent: Agent, settings: Settings, tmp_path: Path
+    agent: Agent, settings: Settings, tmp_path: Path, command: tuple[str, ...]
 ) -> None:
+    """`capstan serve` answers at /mcp; `capstan mcp --http` serves only that."""
     env = {"CAPSTAN_API_TOKEN": TOKEN}
     async with agent.serving(writes):
-        with outside.serve_process(settings, tmp_path / "serve.log", env) as base:
+        with outside.serve_process(settings, tmp_path / "serve.log", env, command) as base:
             url = [f"{base}/mcp", "--transport", "http"]
             inspector = Inspector([*url, "--header", f"Authorization: Bearer {TOKEN}"], tmp_path)
             seen = await _in_thread(drive, inspector, "write http")
