@@ -37,6 +37,10 @@ TENANT_SCOPED = {
     # test_api_tenant_walls.py::test_thread_ids_cannot_be_squatted_or_fed_across_tenants
     ("GET", "/api/threads/{thread}"): "the caller's tenant's thread",
     ("POST", "/api/threads/{thread}/messages"): "the caller's tenant's thread",
+    # AG-UI: `threadId` is the caller's tenant's thread, as in the thread routes:
+    # test_agui.py::test_tokens_tenants_and_bad_input
+    ("POST", "/agui"): "the caller's tenant's thread",
+    ("POST", "/agui/{agent}"): "the caller's tenant's thread",
     # the caller's own token: no run, no tenant data
     ("GET", "/api/whoami"): "the caller only",
 }
