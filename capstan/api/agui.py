@@ -205,6 +205,7 @@ class _Call:
                 text.id,
                 tenant=self.principal.tenant,
                 scopes=self.principal.scopes,
+                identity=self.principal.identity,
                 **await self.runs.ownership(self.principal),
             )
         except ThreadError as exc:

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from capstan.api import agui, pages, routes, steer_routes, thread_routes
+from capstan.api import a2a, agui, pages, routes, steer_routes, thread_routes
 from capstan.api.auth import TokenStore, load_tokens
 from capstan.api.backend import Backend, WriteLimiter
 from capstan.api.document import operation_id, shape_document
@@ -70,6 +70,7 @@ def create_app(
     app.include_router(thread_routes.router)
     app.include_router(pages.router)
     agui.mount(app)  # AG-UI: POST /agui and /agui/{agent}
+    a2a.mount(app)  # A2A: /a2a/{agent}/
     app.router.routes.append(mcp.route())  # MCP over streamable HTTP: /mcp
     app.add_middleware(BodyLimit, limit=api.max_body_bytes)
     app.add_middleware(HeaderGuard)  # outermost: headers are checked before a body is read

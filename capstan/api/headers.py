@@ -33,6 +33,12 @@ HEADER_LIMITS: dict[bytes, int] = {
     b"x-capstan-request": 64,
     b"content-type": 256,
     b"content-length": 20,
+    # the protocol front doors: MCP (`/mcp`) and A2A (`/a2a/{agent}/`)
+    b"mcp-session-id": 128,
+    b"mcp-protocol-version": 32,
+    b"a2a-version": 16,
+    b"a2a-extensions": 2048,
+    b"x-a2a-extensions": 2048,
 }
 #: headers whose value may hold bytes beyond ASCII (see the module's docstring)
 _ANY_BYTES = frozenset({b"cookie"})

@@ -79,6 +79,7 @@ async def send_to_thread(
             body.id,
             tenant=principal.tenant,
             scopes=principal.scopes,  # else the previous run's spec, narrowed to the sender's
+            identity=principal.identity,
             **await runs.ownership(principal),
         )
     except ThreadError as exc:

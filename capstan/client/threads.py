@@ -186,6 +186,7 @@ class Threads:
         *,
         tenant: str = DEFAULT_TENANT,
         scopes: Iterable[str] = privilege.OPERATOR,
+        identity: str | None = None,
         **start: Any,
     ) -> Sent:
         """Deliver `text` to the thread's running run, or start its next run with `text` as
@@ -193,11 +194,13 @@ class Threads:
         `message_id` twice: delivered once to a run. `tenant`: whose thread (another tenant's
         workflow at its id is ThreadError, never signalled). `scopes`: the sender's (the next
         run takes its privileges from them, `capstan.core.privilege.admit`). `start`: more
-        options of the start (`memo`, `search_attributes`: the API's tenant)."""
+        options of the start (`memo`, `search_attributes`: the API's tenant). `identity`: the
+        sender recorded with the message (default: this client's; the API passes the token's)."""
         run_id = thread_workflow_id(thread, tenant)
         latest = await self._latest(run_id)
         await _check_owner(latest, thread, tenant)
-        item = await self.capstan.prepared(LiveMessage(text=text, id=message_id or ""))
+        message = LiveMessage(text=text, id=message_id or "", identity=identity or "")
+        item = await self.capstan.prepared(message)
         delivered = await self._deliver(thread, latest, item)
         if delivered is not None:
             return delivered

@@ -3,6 +3,7 @@ are listed, and another tenant neither sees it nor reaches it (its same-named th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -46,6 +47,11 @@ async def test_a_tenants_thread_goes_on_across_runs_and_stays_its_own(agent: Age
         as_run = await http.post(
             "/api/runs", json={"task": "x", "thread": "t1"}, headers=auth(ALICE)
         )
+        trail = await http.get(f"/api/runs/{run_id}/audit", headers=auth(READER))
+    # each message is recorded in the sender's name (the token's), not the server's
+    records = [json.loads(line) for line in trail.text.splitlines()]
+    said = [(r["text"], r["identity"]) for r in records if r.get("kind") == "send_message"]
+    assert said == [("What is the code?", "alice@acme")], said
     assert answer.terminal_reason is TerminalReason.COMPLETED
     assert answer.output == "7141"  # the second run saw the first run's conversation
     assert listed.status_code == 200, listed.text

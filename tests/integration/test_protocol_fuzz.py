@@ -1,17 +1,20 @@
 """The protocol endpoints that the OpenAPI document does not describe (JSON-RPC: MCP at
-`/mcp`), fuzzed: well-formed and malformed messages, every method with arbitrary params, every
-tool with arbitrary arguments, on a real socket. No answer is a 5xx, a JSON-RPC internal error
-(-32603: an exception nobody turned into the protocol's error) or a traceback."""
+`/mcp`, A2A at `/a2a/{agent}/`), fuzzed: well-formed and malformed messages, every method
+with arbitrary params, every tool with arbitrary arguments, on a real socket. No answer is a
+5xx, a JSON-RPC internal error (-32603: an exception nobody turned into the protocol's error)
+or a traceback."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from capstan.client.runs import CapstanClient
@@ -97,6 +100,12 @@ messages = st.one_of(
     json_values,
 )
 tokens = st.sampled_from([ALICE, READER, MALLORY])
+RUN_STATUS_X = {
+    "jsonrpc": "2.0",
+    "id": 2,
+    "method": "tools/call",
+    "params": {"name": "run_status", "arguments": {"run_id": "x"}},
+}
 
 
 def session(http: httpx.Client, token: str) -> str:
@@ -134,6 +143,10 @@ def fuzz(base: str, examples: int) -> tuple[list[str], set[str]]:
             database=None,
             suppress_health_check=list(HealthCheck),
         )
+        # one of each kind of answer, whatever the draw: a result, a tool error, a protocol error
+        @example({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, ALICE, False, PROTOCOL)
+        @example(RUN_STATUS_X, ALICE, False, PROTOCOL)
+        @example({"jsonrpc": "2.0", "id": 3, "method": "no/such"}, READER, False, PROTOCOL)
         @given(
             message=messages,
             token=tokens,
@@ -181,3 +194,122 @@ async def test_mcp_endpoint_finds_nothing(agent: Agent) -> None:
             await live.client.client.get_workflow_handle(wf.id).terminate("fuzzed")
     assert not failures, "\n".join(failures[:20])
     assert seen == {"tool error", "result", "protocol error"}
+
+
+A2A_METHODS = [
+    "SendMessage",
+    "GetTask",
+    "CancelTask",
+    "SubscribeToTask",
+    "ListTasks",
+    "GetExtendedAgentCard",
+    "CreateTaskPushNotificationConfig",
+    "GetTaskPushNotificationConfig",
+    "message/send",
+    "tasks/get",
+    "tasks/cancel",
+    "no/such/method",
+]
+task_ids = st.sampled_from(["run-x", "run-x~abc", "thread-acme:t~", "~", ""]) | st.text(max_size=30)
+parts = st.lists(
+    st.one_of(
+        st.fixed_dictionaries({"text": st.text(max_size=40)}),
+        st.fixed_dictionaries({"data": json_values}),
+        st.dictionaries(st.sampled_from(["text", "data", "url", "raw"]), json_values, max_size=2),
+    ),
+    max_size=3,
+)
+a2a_messages = st.fixed_dictionaries(
+    {
+        "messageId": st.text(min_size=1, max_size=20),
+        "role": st.sampled_from(["ROLE_USER", "ROLE_AGENT", "user", "x"]),
+        "parts": parts,
+    },
+    optional={"taskId": task_ids, "contextId": st.text(max_size=20)},
+)
+a2a_calls = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "id": st.integers(0, 1000),
+            "method": st.sampled_from(["SendMessage", "message/send"]),
+            # a send that would start a run answers at once: the fuzzed runs never run
+            "params": st.fixed_dictionaries(
+                {"message": a2a_messages, "configuration": st.just({"returnImmediately": True})}
+            ),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "jsonrpc": st.just("2.0"),
+            "id": st.integers(0, 1000),
+            "method": st.sampled_from(A2A_METHODS),
+            "params": st.fixed_dictionaries({"id": task_ids}) | json_values,
+        }
+    ),
+    json_values,
+)
+
+
+def fuzz_a2a(base: str, examples: int) -> tuple[list[str], set[int]]:
+    """The failures, in words, and the JSON-RPC error codes seen."""
+    failures: list[str] = []
+    codes: set[int] = set()
+    with httpx.Client(base_url=base, timeout=60) as http:
+
+        @settings(
+            max_examples=examples,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        # malformed JSON, bad params and an unknown task, whatever the draw
+        @example({"jsonrpc": "2.0", "id": 1, "method": "GetTask"}, ALICE, True, "1.0")
+        @example(
+            {"jsonrpc": "2.0", "id": 2, "method": "SendMessage", "params": {}}, ALICE, False, "1.0"
+        )
+        @example(
+            {"jsonrpc": "2.0", "id": 3, "method": "GetTask", "params": {"id": "run-x"}},
+            ALICE,
+            False,
+            "1.0",
+        )
+        @given(
+            call=a2a_calls,
+            token=tokens,
+            raw=st.booleans(),
+            version=st.sampled_from(["1.0", "0.3", ""]),
+        )
+        def check(call: Any, token: str, raw: bool, version: str) -> None:
+            body = json.dumps(call).encode()
+            if raw:
+                body = body[: max(1, len(body) // 2)]
+            headers = {**auth(token), "Content-Type": "application/json"}
+            if version:
+                headers["A2A-Version"] = version
+            answer = http.post("/a2a/helper/", content=body, headers=headers)
+            text = answer.text
+            if answer.status_code >= 500 or "Traceback" in text or '"code":-32603' in text:
+                failures.append(f"{answer.status_code} for {body[:300]!r}: {text[:500]}")
+            with contextlib.suppress(ValueError, KeyError, AttributeError, TypeError):
+                codes.add(int(answer.json()["error"]["code"]))
+
+        check()
+    return failures, codes
+
+
+async def test_a2a_endpoint_finds_nothing(agent: Agent, tmp_path: Path) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text('[helper]\nsystem_prompt = "You help."\nmax_steps = 3\n')
+    agent.configure(agents_file=agents)
+    async with agent.serving([]) as live:
+        idle_settings = agent.settings.model_copy(update={"task_queue": "fuzz-idle-a2a"})
+        idle = CapstanClient(live.client.client, idle_settings)
+        async with served(app_for(idle, writes_per_minute=1_000_000)) as base:
+            failures, codes = await asyncio.to_thread(fuzz_a2a, base, 200)
+        query = "TaskQueue = 'fuzz-idle-a2a' AND ExecutionStatus = 'Running'"
+        async for wf in live.client.client.list_workflows(query):
+            await live.client.client.get_workflow_handle(wf.id).terminate("fuzzed")
+    assert not failures, "\n".join(failures[:20])
+    # malformed JSON, bad params and unknown tasks all reached their protocol errors
+    assert {-32700, -32602, -32001} <= codes, codes
