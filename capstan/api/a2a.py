@@ -147,6 +147,10 @@ def _definition(request: Request, agent: str) -> RunSpec:
         raise ApiError(422, "invalid", message, field="path.agent") from None
 
 
+class _TooDeep(Exception):
+    """A body nested deeper than a parser's recursion allows."""
+
+
 async def _call(request: Request) -> tuple[object, str | None]:
     """The JSON-RPC id and method the body names (None: the dispatcher answers what is
     wrong)."""
@@ -154,6 +158,8 @@ async def _call(request: Request) -> tuple[object, str | None]:
         body = json.loads(await request.body())
     except (ValueError, UnicodeDecodeError):
         return None, None
+    except RecursionError:  # nested past any use: the dispatcher's parser would fail the same way
+        raise _TooDeep from None
     if not isinstance(body, dict):
         return None, None
     method = body.get("method")
@@ -210,7 +216,11 @@ def _router(dispatcher: JsonRpcDispatcher) -> APIRouter:
     async def json_rpc(agent: str, request: Request, credentials: Credentials) -> Response:
         principal = authenticate(request, credentials)  # 401 before anything is read
         _definition(request, agent)
-        call_id, method = await _call(request)
+        try:
+            call_id, method = await _call(request)
+        except _TooDeep:
+            error = {"code": -32700, "message": "the body nests too deeply to parse"}
+            return JSONResponse({"jsonrpc": "2.0", "id": None, "error": error})
         _admit(request, principal, method)
         clash = _version_clash(request, call_id, method)
         if clash is not None:

@@ -9,8 +9,13 @@ message may say it as a data part instead, which names the request (needed when 
 open) and can approve for the rest of the run or with edited arguments::
 
     {"decision": "approve" | "deny" | "always", "request_id": "...", "reason": "...",
+     "args_hash": "...",                          # the hash the task showed: binds the decision
      "arguments": {...}}                          # arguments: approve the call edited so
     {"answer": "...", "request_id": "..."}
+
+Words decide the one request open when the message arrives; a caller that must be sure it
+decides the call it saw sends `request_id` and `args_hash` (the task's status data has both),
+and the run refuses the decision if that call is no longer the one waiting.
 
 A decision for a request that is not open, two decisions in one message, words that are no
 decision: `InvalidParamsError`, naming the open requests and how to reply. Files are not taken
@@ -84,6 +89,9 @@ class Decide:
     reason: str = ""
     #: the edited call's arguments (JSON text), for `edit`
     arguments: str | None = None
+    #: the hash of the arguments the caller was shown (the task's status data carries it);
+    #: when given, the run refuses the decision for any other call
+    args_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,7 @@ class _DecisionPart(StrictModel):
     decision: Literal["approve", "deny", "always"] | None = None
     answer: str | None = Field(None, min_length=1)
     request_id: str | None = Field(None, max_length=1200)
+    args_hash: str | None = Field(None, max_length=128)
     reason: str = Field("", max_length=10_000)
     arguments: dict[str, Any] | None = None
 
@@ -146,12 +155,14 @@ def _from_data(raw: dict[str, Any], pending: PendingView) -> Decide | Reply:
         question = _pick(pending.questions, part.request_id, "question", pending)
         return Reply(question, part.answer)
     request = _pick(pending.approvals, part.request_id, "approval request", pending)
+    shown = part.args_hash
     if part.arguments is not None:
         edited = json.dumps(part.arguments, ensure_ascii=False)
-        return Decide(request, "edit", part.reason, edited)
+        return Decide(request, "edit", part.reason, edited, shown)
     if part.decision == "deny":
-        return Decide(request, "deny", part.reason or DENIED)
-    return Decide(request, "always" if part.decision == "always" else "approve", part.reason)
+        return Decide(request, "deny", part.reason or DENIED, args_hash=shown)
+    action: Literal["approve", "always"] = "always" if part.decision == "always" else "approve"
+    return Decide(request, action, part.reason, args_hash=shown)
 
 
 def _from_text(text: str, pending: PendingView) -> Decide | Reply:

@@ -315,7 +315,7 @@ class TaskRuns:
                     raise InvalidParamsError(f"arguments: {problem}")
             item = Decision(
                 request_id=request.request_id,
-                args_hash=request.args_hash,
+                args_hash=decided.args_hash or request.args_hash,
                 action=decided.action,
                 reason=decided.reason,
                 arguments=decided.arguments,

@@ -49,7 +49,15 @@ from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionSta
 
 from capstan.api.agui_cursor import Cursor, parse_event_id
 from capstan.api.agui_events import OpenRequest, chain_key
-from capstan.api.agui_input import UserText, answer_for, input_id, parse_input, user_text
+from capstan.api.agui_input import (
+    MAX_RESUME,
+    UserText,
+    answer_for,
+    input_id,
+    interrupt_id,
+    parse_input,
+    user_text,
+)
 from capstan.api.agui_stream import Attach, agui_stream
 from capstan.api.auth import Principal, Scope
 from capstan.api.backend import api_settings, tenancy, writer
@@ -65,7 +73,6 @@ from capstan.client.threads import ThreadError, Threads, thread_workflow_id
 from capstan.core.spec import RunSpec
 from capstan.core.steering import Answer, ApprovalRequest, Decision
 from capstan.runtime.api_settings import ApiSettings
-from capstan.runtime.codec import decrypt_history
 
 __all__ = ["mount", "router"]
 
@@ -148,6 +155,7 @@ class _Call:
         self, runs: Tenancy, principal: Principal, body: RunAgentInput, agent: str | None
     ) -> None:
         self.runs, self.client, self.principal, self.body = runs, runs.client, principal, body
+        self._input_ids: set[str] | None = None
         self.text = user_text(body)
         self.spec = _agent_spec(self.client.settings.agents_file, agent, self.text, principal)
         if body.resume and not principal.may(Scope.APPROVE):
@@ -186,7 +194,12 @@ class _Call:
             await self.client.describe(self.workflow_id)
         except RunNotFoundError:
             return None
-        return await self.runs.owned(self.workflow_id, self.principal)
+        try:
+            return await self.runs.owned(self.workflow_id, self.principal)
+        except ApiError as exc:  # answered as an unknown thread is, word for word
+            if exc.status == 404:
+                raise not_found(self.body.thread_id) from None
+            raise
 
     async def send(self, latest: WorkflowExecutionDescription | None) -> tuple[str | None, bool]:
         """Deliver the new user message, unless the thread's latest run already took it; the
@@ -195,7 +208,7 @@ class _Call:
         if text is None:
             return None, False
         ended = latest is not None and latest.status != WorkflowExecutionStatus.RUNNING
-        if ended and latest and text.id in await self.input_ids(latest.run_id):
+        if ended and latest and text.id in await self.input_ids():
             return None, False  # sent again: the run that took it is the one to attach to
         try:
             sent = await Threads(self.client).send(
@@ -214,24 +227,18 @@ class _Call:
             raise ApiError(409, "conflict", str(exc)) from None
         return (sent.execution, True) if sent.started else (None, False)
 
-    async def input_ids(self, last: str | None = None) -> set[str]:
-        """The ids of the steering inputs the thread's latest run took: in its first and its
-        `last` execution (the message that started it, one sent near its end), or in every
-        execution without `last`."""
-        client, workflow_id = self.client.client, self.workflow_id
-        if last is None:
-            histories = await load_histories(client, workflow_id)
-        else:
-            first = await first_run_id(client, workflow_id) or last
-            handles = [client.get_workflow_handle(workflow_id, run_id=r) for r in {first, last}]
-            fetched = [await handle.fetch_history() for handle in handles]
-            histories = [await decrypt_history(h, client.data_converter) for h in fetched]
-        entries = [e for history in histories for e in decode_history(history)]
-        return {
-            e.data.id
-            for e in entries
-            if e.kind in ("signal", "update") and isinstance(getattr(e.data, "id", None), str)
-        }
+    async def input_ids(self) -> set[str]:
+        """The ids of the steering inputs the thread's latest run took, in every execution of
+        its chain (a message may have reached any of them): read once per request."""
+        if self._input_ids is None:
+            histories = await load_histories(self.client.client, self.workflow_id)
+            entries = [e for history in histories for e in decode_history(history)]
+            self._input_ids = {
+                e.data.id
+                for e in entries
+                if e.kind in ("signal", "update") and isinstance(getattr(e.data, "id", None), str)
+            }
+        return self._input_ids
 
     async def settle(self, latest: WorkflowExecutionDescription | None) -> set[str]:
         """Send the answers of `resume`, every one checked before any is sent; the requests
@@ -242,12 +249,21 @@ class _Call:
         if latest.status == WorkflowExecutionStatus.RUNNING:
             view = await self.client.pending(self.workflow_id)
             waiting = [*view.approvals, *view.questions]
-        open_requests = {r.request_id: r for r in waiting}
+        open_requests = {interrupt_id(r): r for r in waiting}
+        resume = self.body.resume or []
+        if len(resume) > MAX_RESUME:
+            problem = f"at most {MAX_RESUME} answers a request"
+            raise ApiError(422, "invalid", problem, field="body.resume")
         answers: list[Decision | Answer] = []
-        for n, entry in enumerate(self.body.resume or []):
+        seen: set[str] = set()
+        for n, entry in enumerate(resume):
+            if entry.interrupt_id in seen:
+                problem = f"interrupt {entry.interrupt_id!r} is answered twice"
+                raise ApiError(422, "invalid", problem, field=f"body.resume.{n}.interruptId")
+            seen.add(entry.interrupt_id)
             request = open_requests.get(entry.interrupt_id)
             if request is None:
-                await self.check_taken(entry.interrupt_id)
+                self.check_taken(entry.interrupt_id, await self.input_ids())
                 continue
             answer = answer_for(entry, request, f"body.resume.{n}", self.body.run_id)
             if isinstance(request, ApprovalRequest) and isinstance(answer, Decision):
@@ -259,10 +275,11 @@ class _Call:
             await self.client.steer(target, answer, checked, update_timeout=UPDATE_TIMEOUT)
         return {a.request_id for a in answers}
 
-    async def check_taken(self, interrupt_id: str) -> None:
+    def check_taken(self, interrupt_id: str, taken: set[str]) -> None:
         """Nothing when this request's answer to `interrupt_id` was sent before (the same
-        request again); 409 otherwise: the request is not open."""
-        if input_id(self.body.run_id, interrupt_id) not in await self.input_ids():
+        request again: its input id is among `taken`); 409 otherwise: the request is not
+        open."""
+        if input_id(self.body.run_id, interrupt_id) not in taken:
             problem = f"no open request {interrupt_id!r} on thread {self.body.thread_id!r}"
             raise ApiError(409, "conflict", problem)
 

@@ -40,15 +40,20 @@ from capstan.core.steering import Answer, ApprovalRequest, Decision
 from capstan.core.strict import StrictModel, describe_invalid
 
 __all__ = [
+    "MAX_RESUME",
     "ApprovalReply",
     "QuestionReply",
     "UserText",
     "answer_for",
     "input_id",
     "interrupt_for",
+    "interrupt_id",
     "parse_input",
     "user_text",
 ]
+
+#: the most answers one request's `resume` may carry (each may read the thread's history)
+MAX_RESUME = 64
 
 #: the longest message id a steering input takes (`capstan.core.limits`)
 MAX_ID_CHARS = 200
@@ -85,7 +90,7 @@ def parse_input(raw: bytes) -> RunAgentInput:
     """The body as AG-UI's `RunAgentInput`; a 422 naming the field otherwise."""
     try:
         data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):  # nested past any use
         raise ApiError(422, "invalid", "the body is not valid JSON", field="body") from None
     try:
         return RunAgentInput.model_validate(data)
@@ -129,6 +134,16 @@ def input_id(agui_run_id: str, interrupt_id: str) -> str:
     return f"agui-{digest[:32]}"
 
 
+def interrupt_id(request: OpenRequest) -> str:
+    """The interrupt's id: the request id pinned to what was shown (the arguments' hash of an
+    approval, the text of a question). A thread's runs share one workflow id and number their
+    steps from 0 again, so a request id alone may name a later run's request: an answer to an
+    interrupt the client saw must never settle one it did not."""
+    shown = request.args_hash if isinstance(request, ApprovalRequest) else request.question
+    pin = hashlib.sha256(shown.encode()).hexdigest()[:16]
+    return f"{request.request_id}#{pin}"
+
+
 def interrupt_for(request: OpenRequest, run_id: str, key: str, resolve: Resolve) -> Interrupt:
     """The AG-UI interrupt for a request of the run `run_id` (key: its `chain_key`)."""
     own = request.request_id == f"{run_id}/{request.step}/{request.call_id}"
@@ -136,16 +151,19 @@ def interrupt_for(request: OpenRequest, run_id: str, key: str, resolve: Resolve)
     expires = request.expires_at.isoformat()
     if isinstance(request, ApprovalRequest):
         arguments = resolve(request.arguments)
-        if len(arguments) > SHOWN_ARGUMENTS_CHARS:
+        cut = max(0, len(arguments) - SHOWN_ARGUMENTS_CHARS)
+        if cut:
             arguments = arguments[:SHOWN_ARGUMENTS_CHARS] + "…"
         detail = {
             "tool": request.tool,
             "arguments": arguments,
+            # characters not shown: approving such a call needs `args_hash` in the answer
+            "arguments_cut": cut,
             "args_hash": request.args_hash,
             "why": request.reason,
         }
         return Interrupt(
-            id=request.request_id,
+            id=interrupt_id(request),
             reason="tool_approval",
             message=f"Allow {request.tool}?" + (f" ({request.reason})" if request.reason else ""),
             tool_call_id=call,
@@ -154,7 +172,7 @@ def interrupt_for(request: OpenRequest, run_id: str, key: str, resolve: Resolve)
             metadata={"capstan": detail},
         )
     return Interrupt(
-        id=request.request_id,
+        id=interrupt_id(request),
         reason="question",
         message=request.question,
         tool_call_id=call,
@@ -169,13 +187,19 @@ def answer_for(
 ) -> Decision | Answer:
     """The steering input a resume entry sends for `request` (`where`: the entry's field).
     Edited arguments are sent as given: the caller checks them against the tool first."""
-    ident = input_id(agui_run_id, request.request_id)
+    ident = input_id(agui_run_id, interrupt_id(request))
     if isinstance(request, ApprovalRequest):
         if entry.status == "cancelled":
             reply = ApprovalReply(action="deny", reason=CANCELLED_APPROVAL)
         else:
             reply = _validated(ApprovalReply, entry.payload, where)
         action = "edit" if reply.arguments is not None else reply.action
+        if action != "deny" and reply.args_hash is None and _cut_off(request):
+            problem = (
+                "the call's arguments were cut off in the interrupt: read them whole (GET "
+                "/api/runs/{run_id}/pending) and approve with their args_hash"
+            )
+            raise ApiError(422, "invalid", problem, field=f"{where}.payload.args_hash")
         if action == "edit" and reply.arguments is None:
             raise ApiError(422, "invalid", "an edit needs arguments", field=f"{where}.payload")
         if action == "edit" and reply.action not in ("approve", "edit"):
@@ -184,7 +208,7 @@ def answer_for(
         return Decision(
             id=ident,
             request_id=request.request_id,
-            args_hash=reply.args_hash or request.args_hash,
+            args_hash=reply.args_hash or request.args_hash,  # the interrupt's id pinned it
             action=action,
             reason=reply.reason or ("The user denied this call." if action == "deny" else ""),
             arguments=json.dumps(reply.arguments, ensure_ascii=False)
@@ -202,6 +226,12 @@ def answer_for(
     if not text.strip():
         raise ApiError(422, "invalid", "the answer is empty", field=f"{where}.payload")
     return Answer(id=ident, request_id=request.request_id, text=text)
+
+
+def _cut_off(request: ApprovalRequest) -> bool:
+    """Whether the interrupt showed less than the whole of the call's arguments."""
+    arguments = request.arguments
+    return not isinstance(arguments, str) or len(arguments) > SHOWN_ARGUMENTS_CHARS
 
 
 def _validated(model: type[ApprovalReply], payload: Any, where: str) -> ApprovalReply:

@@ -348,10 +348,9 @@ async def agui_stream(client: CapstanClient, plan: Attach) -> AsyncIterator[str]
                 message=_line(f"this server cannot decrypt the run: {exc}"), code="codec_key"
             )
         )
-    except StoreError as exc:
-        yield sse(
-            RunErrorEvent(message=_line(f"the run's content cannot be read: {exc}"), code="store")
-        )
+    except StoreError:  # its text names the store's root: the server log has it
+        log.exception("AG-UI stream of %s could not read the content store", plan.workflow_id)
+        yield sse(RunErrorEvent(message="the content store could not be read", code="store"))
     except Exception:
         log.exception("AG-UI stream of %s failed", plan.workflow_id)
         problem = "the stream failed; the server log has the details"

@@ -38,6 +38,7 @@ from starlette.types import ASGIApp
 
 from capstan.api.auth import TokenStore, digest, load_tokens
 from capstan.api.backend import Backend, WriteLimiter
+from capstan.api.errors import BodyLimit
 from capstan.api.headers import HeaderGuard
 from capstan.api.mcp_access import RunAccess, TenantAccess
 from capstan.api.mcp_server import build_server
@@ -125,6 +126,5 @@ def mcp_app(settings: Settings, api: ApiSettings, *, tokens: TokenStore | None =
         async with endpoint.running():
             yield
 
-    return Starlette(
-        routes=[endpoint.route()], middleware=[Middleware(HeaderGuard)], lifespan=lifespan
-    )
+    guards = [Middleware(BodyLimit, limit=api.max_body_bytes), Middleware(HeaderGuard)]
+    return Starlette(routes=[endpoint.route()], middleware=guards, lifespan=lifespan)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from http import HTTPStatus
@@ -44,7 +45,7 @@ from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail
 from capstan.audit.tree import tree_entries
 from capstan.client.runs import CapstanClient, RunNotFoundError
-from capstan.core.errors import CapstanError
+from capstan.core.errors import CapstanError, StoreError
 from capstan.core.spec import RunSpec
 from capstan.core.steering import ApprovalRequest
 
@@ -56,10 +57,13 @@ INSTRUCTIONS = (
     "an answer, pending lists the requests; approve, deny and answer decide them, and review "
     "asks your user to decide an approval."
 )
+log = logging.getLogger("capstan.api")
+
 #: the longest a `run_result` call waits for the run's end (seconds)
 MAX_WAIT = 300.0
-#: how much of a call's arguments a review form shows (the rest is named, not shown)
-SHOWN_ARGUMENTS = 2_000
+#: the longest arguments a review form shows; a longer call is not put to a form at all (a
+#: user must never approve what was cut off): read it with `pending`, decide with its hash
+SHOWN_ARGUMENTS = 8_000
 
 #: the runs and writes a tool call's caller may reach, from the call's context
 AccessFor = Callable[[Context], Awaitable[RunAccess]]
@@ -85,6 +89,9 @@ async def _caller_errors() -> AsyncIterator[None]:
     """Errors a caller can cause become one-line tool errors; anything else stays a bug."""
     try:
         yield
+    except StoreError:  # its text names the store's root: the server log has it
+        log.exception("an MCP tool could not read the content store")
+        raise ToolError("the content store could not be read") from None
     except (CapstanError, ApiError, ValueError) as exc:
         raise _Failed(exc) from None
 
@@ -158,19 +165,30 @@ async def pending(run_id: str, ctx: Context) -> dict[str, Any]:
 
 
 async def approve(
-    run_id: str, ctx: Context, request_id: str | None = None, reason: str = ""
+    run_id: str,
+    ctx: Context,
+    request_id: str | None = None,
+    reason: str = "",
+    args_hash: str | None = None,
 ) -> str:
     """Approve a tool call the run waits on (the only open one when `request_id` is not
-    given)."""
+    given). `args_hash` (from `pending`) binds the approval to the arguments you read: the
+    run refuses it for any other call."""
     async with _caller_errors():
-        await (await _access(ctx)).decide(run_id, "approve", request_id, None, reason)
+        await (await _access(ctx)).decide(run_id, "approve", request_id, args_hash, reason)
     return "approved"
 
 
-async def deny(run_id: str, reason: str, ctx: Context, request_id: str | None = None) -> str:
+async def deny(
+    run_id: str,
+    reason: str,
+    ctx: Context,
+    request_id: str | None = None,
+    args_hash: str | None = None,
+) -> str:
     """Deny a tool call; `reason` is what the run's model is told."""
     async with _caller_errors():
-        await (await _access(ctx)).decide(run_id, "deny", request_id, None, reason)
+        await (await _access(ctx)).decide(run_id, "deny", request_id, args_hash, reason)
     return "denied"
 
 
@@ -211,6 +229,13 @@ async def ask_user(
     """The form: the call, its exact arguments, and why it waits."""
     content = (await _access(ctx)).client.content()
     arguments = await asyncio.to_thread(content.resolve, request.arguments)
+    with contextlib.suppress(ValueError):  # else shown as the model wrote it
+        arguments = json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    if len(arguments) > SHOWN_ARGUMENTS:
+        raise ToolError(
+            f"the call's arguments are {len(arguments)} characters, too long for a form: read "
+            f"them with pending and decide with approve or deny and args_hash"
+        )
     return Elicit(_question(run_id, request, arguments), Verdict)
 
 
@@ -281,11 +306,6 @@ def build_server(access_for: AccessFor, *, name: str = "capstan") -> RunServer:
 
 
 def _question(run_id: str, request: ApprovalRequest, arguments: str) -> str:
-    with contextlib.suppress(ValueError):  # else shown as the model wrote it
-        arguments = json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
-    if len(arguments) > SHOWN_ARGUMENTS:
-        cut = len(arguments) - SHOWN_ARGUMENTS
-        arguments = f"{arguments[:SHOWN_ARGUMENTS]}\n… ({cut} more characters)"
     why = f"\nWhy it waits: {request.reason}" if request.reason else ""
     return (
         f"Run {run_id} asks to call {request.tool} (request {request.request_id}) with:\n"

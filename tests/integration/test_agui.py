@@ -393,6 +393,15 @@ async def test_tokens_tenants_and_bad_input(agent: Agent, tmp_path: Path) -> Non
         unknown_agent = await post(body(thread), path="/agui/nobody")
         stale = await post(body(thread, resume=[{**answer, "interruptId": f"{interrupt['id']}x"}]))
         bad_answer = await post(body(thread, resume=[{**answer, "payload": {"action": "maybe"}}]))
+        twice = await post(body(thread, resume=[answer, answer]))
+        flood = await post(
+            body(thread, resume=[{**answer, "interruptId": f"i{n}"} for n in range(65)])
+        )
+        # the request id alone (as a later run of the thread may reuse it) is not the interrupt
+        bare_id = await post(
+            body(thread, resume=[{**answer, "interruptId": interrupt["id"].split("#")[0]}])
+        )
+        deep = await post(b"[" * 100_000)
         unknown_thread = await post(body(thread_id()))
         wrong_id = await http.post(
             url, json=body(thread), headers={**auth(ALICE), "Last-Event-ID": "x"}
@@ -417,6 +426,9 @@ async def test_tokens_tenants_and_bad_input(agent: Agent, tmp_path: Path) -> Non
         (not_text, "body.messages.0.content"),
         (unknown_agent, "path.agent"),
         (bad_answer, "body.resume.0.payload"),
+        (twice, "body.resume.1.interruptId"),
+        (flood, "body.resume"),
+        (deep, "body"),
         (wrong_id, "header.last-event-id"),
     ):
         assert response.status_code == 422, (field, response.text)
@@ -424,6 +436,7 @@ async def test_tokens_tenants_and_bad_input(agent: Agent, tmp_path: Path) -> Non
         assert error["field"].startswith(field) and "\n" not in error["message"], error
     assert "nobody" in unknown_agent.json()["error"]["message"]
     assert stale.status_code == 409 and "no open request" in stale.json()["error"]["message"]
+    assert bare_id.status_code == 409
     assert unknown_thread.status_code == 404
     assert approved[-1].data["outcome"] == {"type": "success"}
     assert again[-1].data["outcome"] == {"type": "success"}

@@ -102,6 +102,8 @@ async def test_tenants_scopes_and_review_by_elicitation(agent: Agent, workspace)
                 seen = data(await reader.call_tool("pending", {"run_id": run_id}))
                 refused = await reader.call_tool("approve", {"run_id": run_id})
                 not_started = await reader.call_tool("start_run", {"task": "x"})
+            wrong = {"run_id": run_id, "args_hash": "0" * 64}
+            mismatched = await alice.call_tool("approve", wrong)  # not the call that waits
             reviewed = await alice.call_tool("review", {"run_id": run_id})
             result = data(
                 await alice.call_tool("run_result", {"run_id": run_id, "wait_seconds": 60})
@@ -123,6 +125,7 @@ async def test_tenants_scopes_and_review_by_elicitation(agent: Agent, workspace)
     assert seen["approvals"][0]["request_id"] == request["request_id"]
     assert refused.is_error and "lacks the 'approve' scope" in text(refused)
     assert not_started.is_error and "lacks the 'steer' scope" in text(not_started)
+    assert mismatched.is_error and "\n" not in text(mismatched), text(mismatched)
     assert not reviewed.is_error and text(reviewed) == "approved", text(reviewed)
     assert "write_file" in ASKED[0] and "one.txt" in ASKED[0] and request["request_id"] in ASKED[0]
     assert result["terminal_reason"] == TerminalReason.COMPLETED.value

@@ -313,3 +313,22 @@ async def test_a2a_endpoint_finds_nothing(agent: Agent, tmp_path: Path) -> None:
     assert not failures, "\n".join(failures[:20])
     # malformed JSON, bad params and unknown tasks all reached their protocol errors
     assert {-32700, -32602, -32001} <= codes, codes
+
+
+async def test_deeply_nested_bodies_are_client_errors(agent: Agent, tmp_path: Path) -> None:
+    """JSON nested past any parser's recursion: a protocol error, never a 5xx."""
+    agents = tmp_path / "agents.toml"
+    agents.write_text('[helper]\nsystem_prompt = "You help."\nmax_steps = 3\n')
+    agent.configure(agents_file=agents)
+    deep = b"[" * 200_000 + b"]" * 200_000  # within the body limit (1 MiB)
+    async with agent.serving([]) as live, served(app_for(live.client)) as base:
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            headers = {**ACCEPT, **auth(ALICE), "Content-Type": "application/json"}
+            mcp = await http.post("/mcp", content=deep, headers=headers)
+            a2a = await http.post(
+                "/a2a/helper/", content=deep, headers={**headers, "A2A-Version": "1.0"}
+            )
+            agui = await http.post("/agui", content=deep, headers=headers)
+    assert mcp.status_code < 500, mcp.text
+    assert a2a.status_code == 200 and a2a.json()["error"]["code"] == -32700, a2a.text
+    assert agui.status_code == 422, agui.text

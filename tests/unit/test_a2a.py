@@ -246,6 +246,12 @@ def test_a_data_part_names_the_request_and_the_decision() -> None:
     )
     assert edited == Decide(approval(), "edit", "", '{"a": 1}')
     assert verdict(Said("", ({"answer": "red"},)), both) == Reply(question(), "red")
+    # the hash the caller was shown travels with the decision: the run refuses another call
+    bound = verdict(
+        Said("", ({"decision": "approve", "request_id": "run-1/3/c1", "args_hash": "seen"},)),
+        both,
+    )
+    assert bound == Decide(approval(), "approve", "", args_hash="seen")
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from capstan.api.agui_input import (
     answer_for,
     input_id,
     interrupt_for,
+    interrupt_id,
     parse_input,
     user_text,
 )
@@ -104,7 +105,7 @@ def entry(payload: Any = None, status: str = "resolved") -> ResumeEntry:
 def test_approval_answers_become_bound_decisions() -> None:
     approve = answer_for(entry({"action": "approve"}), APPROVAL, "body.resume.0", "run-1")
     assert approve == Decision(
-        id=input_id("run-1", APPROVAL.request_id),
+        id=input_id("run-1", interrupt_id(APPROVAL)),
         request_id=APPROVAL.request_id,
         args_hash="h1",  # bound to the call the reviewer was shown
         action="approve",
@@ -134,7 +135,7 @@ def test_question_answers() -> None:
     for payload in ("b.txt", {"text": "b.txt"}):
         answer = answer_for(entry(payload), QUESTION, "w", "r")
         assert answer == Answer(
-            id=input_id("r", QUESTION.request_id), request_id=QUESTION.request_id, text="b.txt"
+            id=input_id("r", interrupt_id(QUESTION)), request_id=QUESTION.request_id, text="b.txt"
         )
     cancelled = answer_for(entry(status="cancelled"), QUESTION, "w", "r")
     assert isinstance(cancelled, Answer) and cancelled.text == CANCELLED_QUESTION
@@ -153,7 +154,7 @@ def test_input_ids_are_one_per_agui_run_and_interrupt() -> None:
 
 def test_interrupts_name_the_request_the_call_and_the_answer_they_take() -> None:
     shown = interrupt_for(APPROVAL, "thread-acme:t", "key", str).model_dump(by_alias=True)
-    assert shown["id"] == APPROVAL.request_id and shown["reason"] == "tool_approval"
+    assert shown["id"] == interrupt_id(APPROVAL) and shown["reason"] == "tool_approval"
     assert shown["toolCallId"] == tool_call_id("key", 2, "call_1")
     assert shown["expiresAt"] == "2026-01-02T00:00:00+00:00"
     assert shown["responseSchema"]["required"] == ["action"]
@@ -164,4 +165,26 @@ def test_interrupts_name_the_request_the_call_and_the_answer_they_take() -> None
     assert asked["metadata"]["capstan"]["options"] == ["a.txt", "b.txt"]
     big = APPROVAL.model_copy(update={"arguments": BlobRef(sha256="0" * 64, size=9000)})
     long = interrupt_for(big, "thread-acme:t", "key", lambda _: "x" * 9000)
-    assert len(long.model_dump(by_alias=True)["metadata"]["capstan"]["arguments"]) == 4001
+    cut = long.model_dump(by_alias=True)["metadata"]["capstan"]
+    assert len(cut["arguments"]) == 4001 and cut["arguments_cut"] == 5000
+
+
+def test_interrupt_ids_pin_what_was_shown() -> None:
+    """A thread's runs share a workflow id and restart their steps: the same request id may
+    name a later run's request. The interrupt's id carries what was shown, so an answer to one
+    never settles the other."""
+    later = APPROVAL.model_copy(update={"args_hash": "h2"})
+    assert interrupt_id(APPROVAL).startswith(APPROVAL.request_id + "#")
+    assert interrupt_id(APPROVAL) != interrupt_id(later)
+    reworded = QUESTION.model_copy(update={"question": "Which other file?"})
+    assert interrupt_id(QUESTION) != interrupt_id(reworded)
+
+
+def test_approving_arguments_the_interrupt_cut_off_needs_their_hash() -> None:
+    big = APPROVAL.model_copy(update={"arguments": BlobRef(sha256="0" * 64, size=9000)})
+    problem = refused(lambda: answer_for(entry({"action": "approve"}), big, "w", "r"))
+    assert problem["field"] == "w.payload.args_hash"
+    bound = answer_for(entry({"action": "approve", "args_hash": "h1"}), big, "w", "r")
+    assert isinstance(bound, Decision) and bound.args_hash == "h1"
+    denied = answer_for(entry({"action": "deny"}), big, "w", "r")  # refusing needs no proof
+    assert isinstance(denied, Decision) and denied.action == "deny"
