@@ -441,3 +441,45 @@ async def test_tokens_tenants_and_bad_input(agent: Agent, tmp_path: Path) -> Non
     assert approved[-1].data["outcome"] == {"type": "success"}
     assert again[-1].data["outcome"] == {"type": "success"}
     assert late.status_code == 409
+
+
+async def test_a_message_taken_mid_run_is_not_sent_again_by_a_resend(
+    agent: Agent, tmp_path: Path
+) -> None:
+    """A run continues as new before each wait for a person, so a message sent while it waited
+    lands in a middle execution of its chain. A client that sends that request again after the
+    run ended re-attaches to it: the message does not start the thread's next run."""
+    script = [
+        say(call("write_file", path="a.txt", content="a")),
+        say(call("write_file", path="b.txt", content="b")),
+        say(call("finish", answer="both written")),
+    ]
+    thread, url = thread_id(), "/agui"
+    first, second = user("write two files", "u1"), user("and keep them short", "u2")
+    async with (
+        agui(agent, script, tmp_path) as (base, _),
+        httpx.AsyncClient(base_url=base, timeout=60) as http,
+    ):
+
+        def interrupts(events: list[SseEvent]) -> list[dict[str, Any]]:
+            return list(events[-1].data["outcome"]["interrupts"])
+
+        async def approve(events: list[SseEvent]) -> list[SseEvent]:
+            resume = [
+                {"interruptId": i["id"], "status": "resolved", "payload": {"action": "approve"}}
+                for i in interrupts(events)
+            ]
+            # as a client whose last message is not a new user message: nothing new to deliver
+            return await collect(http, url, body(thread, resume=resume), auth(ALICE))
+
+        waiting = await collect(http, url, body(thread, first), auth(ALICE))
+        # sent while the run waits: delivered to the execution that waits (a middle one)
+        still = await collect(http, url, body(thread, first, second), auth(ALICE))
+        again = await approve(still)  # the second write waits: the run continues as new again
+        done = await approve(again)
+        resent = await collect(http, url, body(thread, first, second), auth(ALICE))
+        runs = await http.get(f"/api/threads/{thread}", headers=auth(ALICE))
+    assert interrupts(waiting) and interrupts(still) and interrupts(again)
+    assert done[-1].data["outcome"] == {"type": "success"}
+    assert resent[-1].data["outcome"] == {"type": "success"}  # the same run, ended
+    assert len(runs.json()) == 1, runs.json()  # no second run of the thread
