@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -48,8 +44,7 @@ from capstan.core.tenants import workspace_key, workspace_subdir
 from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import Reply, call, say
-from tests.conftest import free_port
-from tests.integration.helpers import ROOT
+from tests.integration import outside
 from tests.integration.scripted_agent import Agent
 from tests.integration.test_api_helpers import (
     ALICE,
@@ -558,38 +553,9 @@ def serve_process(settings: Settings, tmp_path: Path) -> Iterator[str]:
     """`capstan serve` as its user starts it, with the agents file and one admin token."""
     agents = tmp_path / "agents.toml"
     agents.write_text(AGENTS)
-    port = free_port()
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": settings.address,
-        "CAPSTAN_TASK_QUEUE": settings.task_queue,
-        "CAPSTAN_DATA_DIR": str(settings.data_dir),
-        "CAPSTAN_API_PORT": str(port),
-        "CAPSTAN_API_TOKEN": ALICE,
-        "CAPSTAN_AGENTS": str(agents),
-    }
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "capstan", "serve"],
-            env=env,
-            cwd=ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(600):
-            if process.poll() is not None:
-                raise RuntimeError(f"capstan serve exited: {log.read_text()[-2000:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.get(f"{base}/openapi.json", timeout=2).raise_for_status()
-                break
-            time.sleep(0.1)
+    env = {"CAPSTAN_API_TOKEN": ALICE, "CAPSTAN_AGENTS": str(agents)}
+    with outside.serve_process(settings, tmp_path / "serve.log", env) as base:
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.mark.slow  # starts `capstan serve` as a process

@@ -108,6 +108,16 @@ RUN_STATUS_X = {
 }
 
 
+def fuzzing(examples: int) -> settings:
+    """Hypothesis settings of a fuzz over a live server: no deadline, no example database."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
 def session(http: httpx.Client, token: str) -> str:
     initialize = {
         "jsonrpc": "2.0",
@@ -137,12 +147,7 @@ def fuzz(base: str, examples: int) -> tuple[list[str], set[str]]:
     with httpx.Client(base_url=base, timeout=60) as http:
         sessions = {token: session(http, token) for token in (ALICE, READER, MALLORY)}
 
-        @settings(
-            max_examples=examples,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @fuzzing(examples)
         # one of each kind of answer, whatever the draw: a result, a tool error, a protocol error
         @example({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, ALICE, False, PROTOCOL)
         @example(RUN_STATUS_X, ALICE, False, PROTOCOL)
@@ -257,12 +262,7 @@ def fuzz_a2a(base: str, examples: int) -> tuple[list[str], set[int]]:
     codes: set[int] = set()
     with httpx.Client(base_url=base, timeout=60) as http:
 
-        @settings(
-            max_examples=examples,
-            deadline=None,
-            database=None,
-            suppress_health_check=list(HealthCheck),
-        )
+        @fuzzing(examples)
         # malformed JSON, bad params and an unknown task, whatever the draw
         @example({"jsonrpc": "2.0", "id": 1, "method": "GetTask"}, ALICE, True, "1.0")
         @example(
