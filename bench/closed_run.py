@@ -7,8 +7,10 @@ case that used to make `status` wait for a query timeout). Each command then run
 it, a fresh `python -m capstan ...` process, alternating with the baseline
 (`python -c "import temporalio.client, pydantic"`). Wall time (what a user waits, including
 the RPCs) and CPU seconds (the steadier figure on a shared machine) are both reported; medians.
+With `--instructions`, each command is also counted once under callgrind (`bench/steady.py`):
+the process's own instructions, which do not move with the machine's load.
 
-    python bench/closed_run.py [--rounds 7]
+    python bench/closed_run.py [--rounds 7] [--instructions]
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.steady import compile_bytecode, instructions  # noqa: E402
 from bench.worker_start import _free_port  # noqa: E402
 from bench.workers import capstan_worker, kill, polling  # noqa: E402
 from capstan.client.runs import CapstanClient  # noqa: E402
@@ -75,8 +78,10 @@ async def _closed_run(settings: Settings, data: Path) -> str:
     return run_id
 
 
-async def closed_run(rounds: int) -> dict[str, object]:
+async def closed_run(rounds: int, count: bool = False) -> dict[str, object]:
+    compile_bytecode()
     load_before = os.getloadavg()[0]
+    counted: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         async with EmbeddedServer(data / "temporal", port=_free_port()) as server:
@@ -101,9 +106,12 @@ async def closed_run(rounds: int) -> dict[str, object]:
                     sample = await asyncio.to_thread(_measure, argv, env)
                     if i:
                         samples[name].append(sample)
+            if count:
+                for name, argv in commands.items():
+                    counted[name] = await asyncio.to_thread(instructions, argv, env)
     wall = {k: statistics.median(w for w, _ in v) for k, v in samples.items()}
     cpu = {k: statistics.median(c for _, c in v) for k, v in samples.items()}
-    return {
+    out: dict[str, object] = {
         "load_before": load_before,
         "load_after": os.getloadavg()[0],
         "wall_seconds": {k: round(v, 3) for k, v in wall.items()},
@@ -112,12 +120,20 @@ async def closed_run(rounds: int) -> dict[str, object]:
         "cpu_ratio": {k: round(v / cpu["bare"], 2) for k, v in cpu.items() if k != "bare"},
         "rounds": rounds,
     }
+    if counted:
+        out["instructions_millions"] = {k: round(v / 1e6) for k, v in counted.items()}
+        out["instructions_ratio"] = {
+            k: round(v / counted["bare"], 2) for k, v in counted.items() if k != "bare"
+        }
+    return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
-    print(json.dumps(asyncio.run(closed_run(parser.parse_args().rounds)), indent=2))
+    parser.add_argument("--instructions", action="store_true", help="also count (callgrind)")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(closed_run(args.rounds, args.instructions)), indent=2))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue  # noqa: E402
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
+from bench.steady import compile_bytecode  # noqa: E402
 from bench.workers import bare_worker, capstan_worker, cpu_seconds, stop  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
 from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
@@ -71,6 +72,7 @@ async def _start(client: Client, launch: object, queue: str) -> tuple[float, flo
 
 
 async def worker_start(rounds: int) -> dict[str, object]:
+    compile_bytecode()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp)
         async with EmbeddedServer(data / "temporal", port=_free_port()) as server:
