@@ -19,7 +19,14 @@ The package shows its layers (import-linter checks the direction in `make lint`)
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
+
+# httpx imports its own command-line tool (rich, click and pygments) whenever those happen to be
+# installed, which costs a worker's start ~0.2 G instructions (an eighth of a bare Temporal
+# import; `bench/worker_start.py`) for a tool Capstan never runs. With the module marked absent,
+# httpx defines its stub `main` instead; the `httpx` command itself runs in its own process.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 if TYPE_CHECKING:
     from capstan.activities.tools.registry import ToolContext, tool
