@@ -28,7 +28,7 @@ from capstan.activities.heartbeat import with_heartbeat
 from capstan.activities.model import ModelActivities
 from capstan.activities.providers.base import RenderedMessage
 from capstan.core.activity_io import CompactInput, CompactResult
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message
 from capstan.core.tooling import READ_RESULT_TOOL

@@ -12,7 +12,7 @@ import asyncio
 
 from temporalio import activity
 
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.inbox import InboxChunk, InboxQueue, SpillInput, TakeInput, TakenMessages
 from capstan.core.limits import INBOX_MESSAGES

@@ -46,7 +46,7 @@ from capstan.activities.providers.wire_cache import wire_cache
 from capstan.activities.rendering import RenderCache, RenderedView, render, render_view
 from capstan.activities.result_budget import ResultBudget
 from capstan.core.activity_io import CallModelInput, DescribeModelInput, ModelReply
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.model_errors import ModelErrorKind

@@ -40,7 +40,7 @@ from capstan.activities.deliveries import (
 )
 from capstan.activities.providers.secrets import Scrubber
 from capstan.activities.webhook_bodies import event_name, inbox_link, json_body, slack_body
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.notifications import NotifyInput, NotifyResult
 from capstan.runtime.blobstore import BlobError, ContentStore

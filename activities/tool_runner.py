@@ -33,7 +33,7 @@ from capstan.activities.tools.workspace import WorkspaceError
 from capstan.activities.tools.workspaces import jail_owner, run_workspace
 from capstan.core import output, policy
 from capstan.core.activity_io import CheckFinishInput, FinishVerdict, ListToolsInput, RunToolInput
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import Text
 from capstan.core.notifications import NotifyKind
 from capstan.core.privilege import clamp_sandbox

@@ -20,9 +20,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 from temporalio.workflow import NondeterminismError
 
+from capstan.core.agent_input import AgentInput
 from capstan.core.effects import Outcome, RunTools
 from capstan.core.spec import RunResult
-from capstan.core.workflow_io import AgentInput
 from capstan.workflows.agent import AgentWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"

@@ -38,7 +38,9 @@ with workflow.unsafe.imports_passed_through():
         schema_engine,  # noqa: F401
     )
     from capstan.core.activity_io import RunToolInput
-    from capstan.core.activity_table import ACTIVITIES, ActivityName
+    from capstan.core.activity_names import ActivityName
+    from capstan.core.activity_table import ACTIVITIES
+    from capstan.core.agent_input import AgentInput
     from capstan.core.children import ChildEnded, Delegation
     from capstan.core.content import preview_of
     from capstan.core.effects import (
@@ -85,7 +87,6 @@ with workflow.unsafe.imports_passed_through():
         REQUESTS_MEMO,
         TERMINAL_MEMO,
         WORKFLOW_NAME,
-        AgentInput,
         OpenRequests,
         Query,
         TranscriptView,
@@ -391,6 +392,7 @@ class AgentWorkflow:
             steps=self.state.step,
             usage=self.state.usage,
             diagnostics=self.state.diagnostics[-STATUS_DIAGNOSTICS:],
+            continued=self.state.segment.continued,
         )
 
     async def _perform_unless_cancelled(self, effect: Effect) -> Outcome | None:

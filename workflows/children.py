@@ -25,10 +25,11 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from capstan.core.agent_input import AgentInput
     from capstan.core.children import ChildEnded, ChildRun, Delegation
     from capstan.core.spec import RunResult
     from capstan.core.steering import STEER, PauseRequest, ResumeRequest, SteeringInput
-    from capstan.core.workflow_io import CHILDREN_MEMO, INHERITED_MEMO, WORKFLOW_NAME, AgentInput
+    from capstan.core.workflow_io import CHILDREN_MEMO, INHERITED_MEMO, WORKFLOW_NAME
 
 __all__ = ["Children"]
 

@@ -22,7 +22,8 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from capstan.core.activity_table import ACTIVITIES, ActivityName
+    from capstan.core.activity_names import ActivityName
+    from capstan.core.activity_table import ACTIVITIES
     from capstan.core.notifications import (
         NotifyInput,
         NotifyKind,

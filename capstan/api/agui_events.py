@@ -48,7 +48,7 @@ from ag_ui.core import (
 )
 
 from capstan.audit.history import Entry
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import Text
 from capstan.core.spec import RunResult
 from capstan.core.steering import ApprovalRequest, Question

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from capstan.audit.follow import HistoryFollower
 from capstan.client.runs import CapstanClient
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.policy import check_arguments
 from capstan.core.tooling import ToolCatalog, ToolInfo
-from capstan.core.workflow_io import AgentInput
+from capstan.core.workflow_io import StartInput
 
 __all__ = ["edit_problem"]
 
@@ -33,7 +33,7 @@ async def edit_problem(client: CapstanClient, run_id: str, tool: str, arguments:
         ),
         None,
     )
-    if not isinstance(started, AgentInput) or catalog is None:
+    if not isinstance(started, StartInput) or catalog is None:
         return None  # the run validates the edit itself
     info = catalog.tools.get(tool, ToolInfo())
     return check_arguments(tool, info, started.spec, arguments)

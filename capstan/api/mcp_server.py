@@ -45,9 +45,9 @@ from capstan.audit.render import render_trail
 from capstan.audit.trail import build_trail
 from capstan.audit.tree import tree_entries
 from capstan.client.runs import CapstanClient, RunNotFoundError
-from capstan.core.errors import CapstanError, StoreError
+from capstan.core.errors import CapstanError, SteeringError, StoreError
 from capstan.core.spec import RunSpec
-from capstan.core.steering import ApprovalRequest
+from capstan.core.steering import ApprovalRequest, pick_request
 
 __all__ = ["INSTRUCTIONS", "AccessFor", "RunServer", "Verdict", "build_server", "stdio_server"]
 
@@ -212,15 +212,10 @@ async def open_request(run_id: str, ctx: Context, request_id: str | None = None)
         access = await _access(ctx)
         await access.reach(run_id, Scope.APPROVE)
         approvals = (await access.client.pending(run_id)).approvals
-    if request_id is None:
-        if len(approvals) != 1:
-            ids = ", ".join(r.request_id for r in approvals) or "none"
-            raise ToolError(f"name the request to review; open requests: {ids}")
-        return approvals[0]
-    match = next((r for r in approvals if r.request_id == request_id), None)
-    if match is None:
-        raise ToolError(f"no open approval request {request_id!r} in {run_id}")
-    return match
+    try:
+        return pick_request(approvals, request_id, run_id, "review")
+    except SteeringError as exc:
+        raise ToolError(str(exc)) from exc
 
 
 async def ask_user(

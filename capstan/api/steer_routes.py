@@ -30,6 +30,7 @@ from capstan.api.errors import ERROR_RESPONSES, ApiError
 from capstan.api.models import ApproveBody, DenyBody, SteerResult
 from capstan.api.routes import RunIdPath
 from capstan.api.tenancy import Tenancy
+from capstan.core.errors import SteeringError
 from capstan.core.steering import (
     STEERING_TYPES,
     Ack,
@@ -37,6 +38,7 @@ from capstan.core.steering import (
     Decision,
     SteeringBase,
     SteeringPayload,
+    pick_request,
 )
 from capstan.core.strict import StrictModel
 
@@ -164,15 +166,10 @@ _register_inputs()
 async def _open_request(runs: Tenancy, run_id: str, request_id: str | None) -> ApprovalRequest:
     """The approval request a decision is for: the named one, or the only one open."""
     open_requests = (await runs.client.pending(run_id)).approvals
-    if request_id is None:
-        if len(open_requests) != 1:
-            ids = ", ".join(r.request_id for r in open_requests) or "none"
-            raise ApiError(409, "conflict", f"name the request to decide; open requests: {ids}")
-        return open_requests[0]
-    match = next((r for r in open_requests if r.request_id == request_id), None)
-    if match is None:
-        raise ApiError(409, "conflict", f"no open approval request {request_id!r} in {run_id}")
-    return match
+    try:
+        return pick_request(open_requests, request_id, run_id, "decide")
+    except SteeringError as exc:
+        raise ApiError(409, "conflict", str(exc)) from exc
 
 
 async def decide_request(

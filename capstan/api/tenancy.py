@@ -47,8 +47,8 @@ from capstan.core.workflow_io import (
     REQUESTS_MEMO,
     TERMINAL_MEMO,
     WORKFLOW_NAME,
-    AgentInput,
     OpenRequests,
+    StartInput,
 )
 from capstan.runtime.embedded import TENANT_SEARCH_ATTRIBUTE
 
@@ -175,7 +175,7 @@ class Tenancy:
         spec = privilege.fair_share(spec, principal.tenant, principal.scopes)
         await self.client.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=spec),
+            StartInput(spec=spec),
             id=run_id,
             task_queue=self.client.settings.task_queue,
             priority=priority_of(spec),

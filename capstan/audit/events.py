@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from capstan.audit.display import duration
 from capstan.audit.history import Entry
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef, Text
 from capstan.core.steering import SteeringBase
 

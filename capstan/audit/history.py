@@ -20,7 +20,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from capstan.core.activity_table import ACTIVITIES
 from capstan.core.spec import RunResult
 from capstan.core.steering import STEER, SteeringInput, by_signal
-from capstan.core.workflow_io import REQUESTS_MEMO, AgentInput, OpenRequests
+from capstan.core.workflow_io import REQUESTS_MEMO, OpenRequests, StartInput
 from capstan.runtime.codec import decrypt_history
 
 __all__ = ["CLOSING", "Entry", "decode_history", "first_run_id", "load_histories"]
@@ -86,9 +86,16 @@ def _time(event: HistoryEvent) -> datetime:
 
 def _started(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | None:
     a = event.workflow_execution_started_event_attributes
-    data = _decode(a.input, AgentInput)
+    # the spec only: the state a continued execution carries is not part of the audit, and
+    # Temporal's own record says whether it continued (decoding it would load the loop's types)
     return Entry(
-        "run_started", run_id, event.event_id, _time(event), data=data, identity=a.identity
+        "run_started",
+        run_id,
+        event.event_id,
+        _time(event),
+        data=_decode(a.input, StartInput),
+        identity=a.identity,
+        extra={"continued": bool(a.continued_execution_run_id)},
     )
 
 

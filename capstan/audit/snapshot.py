@@ -14,7 +14,7 @@ from temporalio.client import WorkflowHistory
 from capstan.audit.events import derive_events
 from capstan.audit.history import Entry, decode_history
 from capstan.core.activity_io import ModelReply
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.loop import observation_text
 from capstan.core.messages import Message, Usage
 from capstan.core.spec import RunResult, RunStatus
@@ -84,19 +84,7 @@ class Snapshot:
         """The run's status: from its result when it is over, else as of its last event."""
         continued = max(len(self.runs) - 1, 0)
         if result is not None:
-            return RunStatus(
-                run_id=self.run_id,
-                phase="finished",
-                step=result.steps,
-                terminal_reason=result.terminal_reason,
-                output=result.output,
-                output_format=result.output_format,
-                error=result.error,
-                usage=result.usage,
-                continued=continued,
-                diagnostics=list(result.diagnostics),
-                source="result",
-            )
+            return result.status(continued)
         opened = self.open_requests()
         waits = ["resume"] if self.paused() else []
         waits += ["approval"] if opened.approvals else []

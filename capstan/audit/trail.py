@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from capstan.audit.history import Entry
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef, Text
 from capstan.core.inbox import InboxQueue, TakenMessages
 from capstan.runtime.blobstore import BlobError, BlobStoreError, ContentStore
@@ -213,7 +213,7 @@ def _record(b: _Builder, e: Entry) -> dict[str, Any]:
         rec = {
             "kind": "run_started",
             "spec": _dump(e.data.spec) if e.data else None,
-            "continued": bool(e.data and e.data.carried),
+            "continued": bool(e.extra.get("continued")),
             "client": e.identity,
         }
     elif e.kind == "open_requests" and e.data is not None:

@@ -56,7 +56,9 @@ COMMANDS: Mapping[str, CommandEntry] = {
     "status": CommandEntry("phase, step, terminal reason, output and usage of a run", _RUNS),
     "transcript": CommandEntry("every step of a run with refs resolved", _RUNS),
     "ls": CommandEntry("list runs, newest first, with how each ended", _RUNS),
-    "watch": CommandEntry("follow a run's events as they happen, until it ends", _RUNS),
+    "watch": CommandEntry(
+        "follow a run's events as they happen, until it ends", ("capstan.cli.watching",)
+    ),
     "fork": CommandEntry(
         "a new run from another run's conversation after step N (no prefix call repeated)",
         ("capstan.cli.fork",),

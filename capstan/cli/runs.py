@@ -1,4 +1,4 @@
-"""`capstan run`, `status`, `transcript`, `ls` and `watch`: start runs and read them."""
+"""`capstan run`, `status`, `transcript` and `ls`: start runs and read them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from capstan.cli.support import client_for as _client
 from capstan.cli.support import print_json as _print_json
 from capstan.cli.thread import start_thread_run
 from capstan.cli.waiting import announce_waits
-from capstan.cli.watching import cmd_watch
 from capstan.client.runs import CapstanClient
 from capstan.client.transcript import build_transcript
 from capstan.client.watch import format_step
@@ -152,7 +151,7 @@ async def cmd_ls(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def register(parsers: Parsers) -> None:
-    """Add `run`, `status`, `transcript`, `ls` and `watch`."""
+    """Add `run`, `status`, `transcript` and `ls`."""
     p = parsers.add("run", cmd_run)
     p.add_argument("task", nargs="?", default=None)
     p.add_argument("--agent", default=None, help="an agent defined in CAPSTAN_AGENTS")
@@ -184,7 +183,3 @@ def register(parsers: Parsers) -> None:
         help="only runs that ended with this terminal reason",
     )
     p.add_argument("--json", action="store_true")
-    p = parsers.add("watch", cmd_watch)
-    p.add_argument("run_id")
-    p.add_argument("--from", dest="start", type=int, default=0, help="first event number")
-    p.add_argument("--json", action="store_true", help="one JSON event per line")

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 
 from capstan.audit.events import RunEvent, derive_events
 from capstan.audit.follow import HistoryFollower
+from capstan.cli.commands import Parsers
 from capstan.cli.support import EXIT_OK, EXIT_RUN_NOT_COMPLETED, CliError
 from capstan.cli.support import client_for as _client
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.client.watch import watch_live
 from capstan.runtime.config import Settings
 
-__all__ = ["cmd_watch"]
+__all__ = ["cmd_watch", "register"]
 
 
 @dataclass
@@ -97,3 +98,11 @@ def _show(event: RunEvent, path: str, as_json: bool) -> None:
     who = f" [{path}]" if path else ""
     step = f" step {event.step}" if event.step is not None else ""
     print(f"{event.seq:>4}{who} {event.kind}{step}  {event.summary}".rstrip(), flush=True)
+
+
+def register(parsers: Parsers) -> None:
+    """Add `watch`."""
+    p = parsers.add("watch", cmd_watch)
+    p.add_argument("run_id")
+    p.add_argument("--from", dest="start", type=int, default=0, help="first event number")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")

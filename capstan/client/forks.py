@@ -25,12 +25,12 @@ from pydantic import ValidationError
 from capstan.audit.history import Entry, decode_history, load_histories
 from capstan.client.runs import CapstanClient, RunNotFoundError
 from capstan.core.activity_io import CallModelInput, ModelReply
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.errors import CapstanError
 from capstan.core.messages import Message
 from capstan.core.spec import ForkPoint, RunResult, RunSpec
-from capstan.core.workflow_io import AgentInput
+from capstan.core.workflow_io import StartInput
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.conversation import append_segment, load_chain
 
@@ -87,7 +87,7 @@ async def fork_start(client: CapstanClient, run_id: str, at_step: int) -> ForkSt
         raise RunNotFoundError(f"no run {run_id!r}")
     entries = [e for h in histories for e in decode_history(h)]
     started = next((e for e in entries if e.kind == "run_started"), None)
-    if started is None or not isinstance(started.data, AgentInput):
+    if started is None or not isinstance(started.data, StartInput):
         raise ForkError(f"run {run_id!r} has no readable start (another workflow type?)", "run")
     spec = started.data.spec
     calls = _calls(entries)

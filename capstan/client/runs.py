@@ -45,10 +45,9 @@ from capstan.client.typed import (
     typed_spec,
 )
 from capstan.core import privilege
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.children import ChildRun
 from capstan.core.errors import CapstanError, SteeringError, StoreError
-from capstan.core.inputs import size_problem
 from capstan.core.limits import INPUT_TEXT_BYTES
 from capstan.core.model_errors import ModelErrorKind
 from capstan.core.spec import CAPACITY, RunResult, RunSpec, RunStatus
@@ -66,6 +65,8 @@ from capstan.core.steering import (
     ResumeRequest,
     SteeringBase,
     StepGrant,
+    pick_request,
+    size_problem,
     text_fields,
 )
 from capstan.core.workflow_io import (
@@ -73,9 +74,9 @@ from capstan.core.workflow_io import (
     REQUESTS_MEMO,
     TERMINAL_MEMO,
     WORKFLOW_NAME,
-    AgentInput,
     OpenRequests,
     Query,
+    StartInput,
     TranscriptView,
 )
 from capstan.runtime.blobs import content_store_for
@@ -183,7 +184,7 @@ class CapstanClient:
         spec = privilege.admit(spec.model_copy(update={"run_id": run_id}), privilege.OPERATOR)
         await self.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=spec),
+            StartInput(spec=spec),
             id=run_id,
             task_queue=self.settings.task_queue,
             priority=priority_of(spec),
@@ -246,8 +247,8 @@ class CapstanClient:
         handle = self.client.get_workflow_handle(run_id, run_id=execution)
         async for event in handle.fetch_history_events(page_size=1):
             payloads = event.workflow_execution_started_event_attributes.input.payloads
-            (start,) = await self.client.data_converter.decode(list(payloads)[:1], [AgentInput])
-            return start.spec if isinstance(start, AgentInput) else None
+            (start,) = await self.client.data_converter.decode(list(payloads)[:1], [StartInput])
+            return start.spec if isinstance(start, StartInput) else None
         return None
 
     async def describe(self, run_id: str) -> WorkflowExecutionDescription:
@@ -295,9 +296,12 @@ class CapstanClient:
         return status
 
     async def _closed_status(self, run_id: str, desc: WorkflowExecutionDescription) -> RunStatus:
-        snap = await _snapshot(self.client, run_id)
         if desc.status == WorkflowExecutionStatus.COMPLETED:
-            return snap.status(await self.result(run_id))
+            result = await self.result(run_id)
+            if result.continued is not None:  # the result says all: no history is read
+                return result.status(result.continued)
+            return (await _snapshot(self.client, run_id)).status(result)
+        snap = await _snapshot(self.client, run_id)
         ended = desc.status.name.lower() if desc.status else "closed"
         return snap.status(None).model_copy(
             update={"phase": "finished", "error": f"the workflow ended {ended} outside Capstan"}
@@ -422,14 +426,8 @@ class CapstanClient:
         arguments than the ones waiting, whether or not the request was named."""
         if request_id is None or args_hash is None:
             open_requests = (await self.pending(run_id)).approvals
-            if request_id is None:
-                if len(open_requests) != 1:
-                    ids = ", ".join(r.request_id for r in open_requests) or "none"
-                    raise SteeringError(f"name the request to decide; open requests: {ids}")
-                request_id = open_requests[0].request_id
-            match = next((r for r in open_requests if r.request_id == request_id), None)
-            if match is None:
-                raise SteeringError(f"no open approval request {request_id!r} in {run_id}")
+            match = pick_request(open_requests, request_id, run_id, "decide")
+            request_id = match.request_id
             if args_hash is None:
                 args_hash = match.args_hash
         decision = Decision(

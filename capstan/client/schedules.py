@@ -44,7 +44,7 @@ from capstan.client.priority import priority_of
 from capstan.client.runs import CapstanClient, CapstanError
 from capstan.core import privilege
 from capstan.core.spec import RunSpec
-from capstan.core.workflow_io import TERMINAL_MEMO, WORKFLOW_NAME, AgentInput
+from capstan.core.workflow_io import TERMINAL_MEMO, WORKFLOW_NAME, StartInput
 
 __all__ = [
     "OVERLAP",
@@ -190,7 +190,7 @@ class Schedules:
         spec = privilege.admit(spec.model_copy(update={"run_id": None}), privilege.OPERATOR)
         action = ScheduleActionStartWorkflow(
             WORKFLOW_NAME,
-            AgentInput(spec=spec),
+            StartInput(spec=spec),
             id=RUN_PREFIX + name,
             task_queue=self.capstan.settings.task_queue,
             priority=priority_of(spec),
@@ -278,13 +278,13 @@ class Schedules:
         if not isinstance(action, ScheduleActionStartWorkflow) or not action.args:
             return None
         raw = action.args[0]
-        if isinstance(raw, AgentInput):
+        if isinstance(raw, StartInput):
             return raw.spec
         if not isinstance(raw, Payload):
             return None
         converter = self.capstan.client.data_converter
-        (decoded,) = await converter.decode([raw], [AgentInput])
-        return decoded.spec if isinstance(decoded, AgentInput) else None
+        (decoded,) = await converter.decode([raw], [StartInput])
+        return decoded.spec if isinstance(decoded, StartInput) else None
 
     def _summary(self, name: str, sched: Schedule, spec: RunSpec | None) -> ScheduleSummary:
         policy = sched.policy

@@ -59,7 +59,7 @@ from capstan.core.tenants import (
     workspace_key,
 )
 from capstan.core.tenants import thread_workflow_id as _workflow_id
-from capstan.core.workflow_io import WORKFLOW_NAME, AgentInput
+from capstan.core.workflow_io import WORKFLOW_NAME, StartInput
 from capstan.runtime.blobstore import ContentStore
 from capstan.runtime.conversation import Segment, load_conversation
 
@@ -207,7 +207,7 @@ class Threads:
         following = await self.next_spec(thread, text, spec, scopes, tenant=tenant)
         handle = await self.capstan.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=following),
+            StartInput(spec=following),
             id=run_id,
             task_queue=self.capstan.settings.task_queue,
             priority=priority_of(following),

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -27,6 +26,7 @@ from capstan.core.activity_io import (
     ModelReply,
     RunToolInput,
 )
+from capstan.core.activity_names import ActivityName
 from capstan.core.inbox import InboxQueue, SpillInput, TakeInput, TakenMessages
 from capstan.core.model_errors import NON_RETRYABLE
 from capstan.core.models import ModelChain
@@ -34,19 +34,7 @@ from capstan.core.notifications import NotifyInput, NotifyResult
 from capstan.core.spec import ActivityTuning
 from capstan.core.tooling import ToolCatalog, ToolOutcome
 
-__all__ = ["ACTIVITIES", "ActivityDef", "ActivityName", "ActivityOptions"]
-
-
-class ActivityName(StrEnum):
-    LIST_TOOLS = "list_tools"
-    DESCRIBE_MODEL = "describe_model"
-    CALL_MODEL = "call_model"
-    RUN_TOOL = "run_tool"
-    COMPACT_CONTEXT = "compact_context"
-    CHECK_FINISH = "check_finish"
-    NOTIFY_REQUEST = "notify_request"
-    SPILL_MESSAGES = "spill_messages"
-    TAKE_MESSAGES = "take_messages"
+__all__ = ["ACTIVITIES", "ActivityDef", "ActivityOptions"]
 
 
 class ActivityOptions(BaseModel):

@@ -22,7 +22,7 @@ from capstan.core.activity_io import (
     ModelReply,
     RunToolInput,
 )
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.children import ChildEnded, Delegation
 from capstan.core.inbox import InboxQueue, SpillInput, TakeInput, TakenMessages
 from capstan.core.messages import Message

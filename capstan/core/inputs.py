@@ -17,7 +17,7 @@ from typing import assert_never
 
 from capstan.core import limits, policy
 from capstan.core.content import Text, preview_of
-from capstan.core.limits import APPLIED_IDS, INBOX_MESSAGES, INPUT_NAME_CHARS
+from capstan.core.limits import APPLIED_IDS, INBOX_MESSAGES
 from capstan.core.messages import Message
 from capstan.core.spec import TerminalReason
 from capstan.core.state import (
@@ -37,15 +37,14 @@ from capstan.core.steering import (
     LiveMessage,
     PauseRequest,
     ResumeRequest,
-    SteeringBase,
     SteeringInput,
     StepGrant,
-    text_fields,
+    size_problem,
 )
 from capstan.core.tool_names import ASK_USER_TOOL
 from capstan.core.tooling import ToolFailed, ToolInfo, ToolSucceeded
 
-__all__ = ["apply_input", "check", "is_duplicate", "note_refused", "size_problem"]
+__all__ = ["apply_input", "check", "is_duplicate", "note_refused"]
 
 #: A diagnostic is cut to this many characters.
 MAX_NOTE_CHARS = 500
@@ -53,24 +52,6 @@ MAX_NOTE_CHARS = 500
 
 def is_duplicate(state: RunState, item: SteeringInput) -> bool:
     return bool(item.id) and state.steering.applied(item.id)
-
-
-def size_problem(item: SteeringBase) -> str | None:
-    """Why `item` is too large to travel or be held (`capstan.core.limits`), or None."""
-    texts = text_fields(type(item))
-    for name, value in item:
-        if name in texts:
-            problem = limits.text_problem(name, value)
-        elif isinstance(value, str) and len(value) > INPUT_NAME_CHARS:
-            problem = (
-                f"{name} is {len(value):,} characters (at most {INPUT_NAME_CHARS}); it starts "
-                f"{preview_of(value, 40)!r}"
-            )
-        else:
-            continue
-        if problem is not None:
-            return problem
-    return None
 
 
 def check(state: RunState, item: SteeringInput) -> str | None:

@@ -282,6 +282,7 @@ def result(state: RunState) -> RunResult:
         context_tokens=state.context.tokens,
         diagnostics=diagnostics[-STATUS_DIAGNOSTICS:],
         unread=unread,
+        continued=state.segment.continued,
     )
 
 

@@ -401,3 +401,22 @@ class RunResult(BaseModel):
     #: live messages the run accepted and never gave to the model, kept in the blob store
     #: (`capstan.core.inbox`; newer than those in `tail`): a thread's next run reads them
     unread: InboxQueue | None = None
+    #: how many times the run continued as new; None in results written before the field, whose
+    #: count only their history knows
+    continued: int | None = None
+
+    def status(self, continued: int) -> RunStatus:
+        """The status of the run this result ended (`continued`: its continue-as-new count)."""
+        return RunStatus(
+            run_id=self.run_id,
+            phase="finished",
+            step=self.steps,
+            terminal_reason=self.terminal_reason,
+            output=self.output,
+            output_format=self.output_format,
+            error=self.error,
+            usage=self.usage,
+            continued=continued,
+            diagnostics=list(self.diagnostics),
+            source="result",
+        )

@@ -18,14 +18,16 @@ Free text in an input is `Text`: inline when small, a `BlobRef` into the blob st
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from capstan.core.content import BlobRef, Text
-from capstan.core.limits import describe
+from capstan.core.content import BlobRef, Text, preview_of
+from capstan.core.errors import SteeringError
+from capstan.core.limits import INPUT_NAME_CHARS, describe, text_problem
 from capstan.core.strict import StrictModel, describe_invalid
 
 __all__ = [
@@ -52,6 +54,8 @@ __all__ = [
     "by_signal",
     "decode_input",
     "describe_invalid",
+    "pick_request",
+    "size_problem",
     "text_fields",
 ]
 
@@ -252,6 +256,41 @@ _TEXT_FIELDS: dict[type[SteeringBase], tuple[str, ...]] = {
 def text_fields(kind: type[SteeringBase]) -> tuple[str, ...]:
     """The fields of `kind` that carry free text: inline when small, a ref when large."""
     return _TEXT_FIELDS.get(kind, ())
+
+
+def size_problem(item: SteeringBase) -> str | None:
+    """Why `item` is too large to travel or be held (`capstan.core.limits`), or None."""
+    texts = text_fields(type(item))
+    for name, value in item:
+        if name in texts:
+            problem = text_problem(name, value)
+        elif isinstance(value, str) and len(value) > INPUT_NAME_CHARS:
+            problem = (
+                f"{name} is {len(value):,} characters (at most {INPUT_NAME_CHARS}); it starts "
+                f"{preview_of(value, 40)!r}"
+            )
+        else:
+            continue
+        if problem is not None:
+            return problem
+    return None
+
+
+def pick_request(
+    open_requests: Sequence[ApprovalRequest], request_id: str | None, run_id: str, verb: str
+) -> ApprovalRequest:
+    """The open approval request a decision is for: the one named, or with no name the only one
+    open. `SteeringError` says which are open when that is ambiguous, or that the named one is
+    not (every surface that decides, to `verb` it, picks the same way: client, REST, MCP)."""
+    if request_id is None:
+        if len(open_requests) != 1:
+            ids = ", ".join(r.request_id for r in open_requests) or "none"
+            raise SteeringError(f"name the request to {verb}; open requests: {ids}")
+        return open_requests[0]
+    match = next((r for r in open_requests if r.request_id == request_id), None)
+    if match is None:
+        raise SteeringError(f"no open approval request {request_id!r} in {run_id}")
+    return match
 
 
 class Ack(BaseModel):

@@ -1,4 +1,4 @@
-"""The workflow's public surface: its input, signal payloads and query answers.
+"""The workflow's public surface: its start input, signal payloads and query answers.
 
 Shared by `capstan.workflows.agent` (which defines the handlers) and `capstan.client` (which calls
 them), so both sides agree on names and types. Fields are only ever added, with defaults.
@@ -13,7 +13,6 @@ from pydantic import BaseModel
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message, ToolCall
 from capstan.core.spec import RunSpec
-from capstan.core.state import RunState
 from capstan.core.steering import ApprovalRecord, ApprovalRequest, CancelRequest, Question
 
 __all__ = [
@@ -22,10 +21,10 @@ __all__ = [
     "REQUESTS_MEMO",
     "TERMINAL_MEMO",
     "WORKFLOW_NAME",
-    "AgentInput",
     "CancelRequest",
     "OpenRequests",
     "Query",
+    "StartInput",
     "TranscriptView",
 ]
 
@@ -55,11 +54,14 @@ CHILDREN_MEMO = "capstan_children"
 INHERITED_MEMO = ("capstan_tenant",)
 
 
-class AgentInput(BaseModel):
-    """The workflow input: the spec, plus the carried state after a continue-as-new."""
+class StartInput(BaseModel):
+    """What starts a run: its spec. The workflow's input type is its subclass
+    `capstan.core.agent_input.AgentInput`, which adds the state a continue-as-new carries; a
+    client sends and reads only this part, so it never loads the loop's state types to start or
+    inspect a run (issue 28's start target). Decoding a continued run's input as `StartInput`
+    reads its spec and leaves the carried state aside."""
 
     spec: RunSpec
-    carried: RunState | None = None
 
 
 class OpenRequests(BaseModel):

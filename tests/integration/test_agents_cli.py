@@ -13,7 +13,7 @@ from temporalio.client import Client
 
 from capstan.client.runs import CapstanClient
 from capstan.core.spec import TerminalReason
-from capstan.core.workflow_io import AgentInput
+from capstan.core.workflow_io import StartInput
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, call, say
 from tests.integration.helpers import run_cli, running_worker
@@ -48,7 +48,7 @@ async def test_run_an_agent_and_a_spec_file(
             history = await client.handle(run_id).fetch_history()
     started = history.events[0].workflow_execution_started_event_attributes
     (payload,) = started.input.payloads
-    spec = AgentInput.model_validate_json(payload.data).spec
+    spec = StartInput.model_validate_json(payload.data).spec
     assert spec.agent == "lister" and spec.max_steps == 4 and spec.budgets.max_tool_calls == 5
     assert spec.system_prompt == "You list things." and spec.task == "list it"
     assert fake.requests[0]["messages"][0]["content"] == "You list things."

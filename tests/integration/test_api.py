@@ -23,7 +23,7 @@ from capstan.client.transcript import build_transcript
 from capstan.core.spec import TerminalReason
 from capstan.core.steering import STEERING_TYPES
 from capstan.core.tenants import workspace_subdir
-from capstan.core.workflow_io import AgentInput
+from capstan.core.workflow_io import StartInput
 from capstan.runtime.api_settings import ApiSettings
 from capstan.runtime.config import Settings
 from capstan.runtime.environment import ConfigError
@@ -385,7 +385,7 @@ async def test_a_run_from_an_agent_definition(agent: Agent, tmp_path) -> None:
     assert str(tmp_path) not in r.text  # no server paths in answers
     history = await client.handle(run_id).fetch_history()
     (payload,) = history.events[0].workflow_execution_started_event_attributes.input.payloads
-    spec = AgentInput.model_validate_json(payload.data).spec
+    spec = StartInput.model_validate_json(payload.data).spec
     assert spec.agent == "lister" and spec.system_prompt == "You list." and spec.max_steps == 3
     assert spec.allowed_tools == ("list_dir",)
     await client.cancel(run_id)

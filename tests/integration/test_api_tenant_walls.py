@@ -14,7 +14,7 @@ import pytest
 
 from capstan.core.spec import RunSpec, TerminalReason
 from capstan.core.tenants import TENANT_MEMO, TENANTS_DIR, WORKSPACE_LEAF
-from capstan.core.workflow_io import WORKFLOW_NAME, AgentInput
+from capstan.core.workflow_io import WORKFLOW_NAME, StartInput
 from capstan.testing.fake_provider import Reply, call, say
 from tests.integration.helpers import run_cli
 from tests.integration.scripted_agent import Agent
@@ -92,7 +92,7 @@ async def test_thread_ids_cannot_be_squatted_or_fed_across_tenants(agent: Agent)
         # reserved, or started by a raw Temporal client): the CLI must not feed it
         await live.client.client.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=RunSpec(task="WAIT", run_id=f"thread-{ops}")),
+            StartInput(spec=RunSpec(task="WAIT", run_id=f"thread-{ops}")),
             id=f"thread-{ops}",
             task_queue=agent.settings.task_queue,
             memo={TENANT_MEMO: "other"},

@@ -35,6 +35,7 @@ async def test_run_wait_json_status_and_ls(agent: Agent, settings: Settings) -> 
         "diagnostics",  # what `status` of the closed run shows, with no worker asked
         "output_format",  # `json`: a typed result, `output` is its JSON value
         "unread",  # live messages it never read, kept in the blob store (a thread reads them)
+        "continued",  # its continue-as-new count: `status` of the closed run reads no history
     }
     assert json.loads(status.stdout)["phase"] == "finished"
     assert "call    list_dir({})" in transcript.stdout

@@ -16,7 +16,7 @@ import pytest
 from capstan.api.tenancy import TENANT_MEMO, tenant_of
 from capstan.audit.trail import verify_chain
 from capstan.core.spec import Budgets, GuardPolicy, RunSpec, TerminalReason
-from capstan.core.workflow_io import WORKFLOW_NAME, AgentInput
+from capstan.core.workflow_io import WORKFLOW_NAME, StartInput
 from capstan.testing.fake_provider import Reply, call, say
 from tests.integration.helpers import record_history, run_cli
 from tests.integration.scripted_agent import FAST, Agent, Live
@@ -265,7 +265,7 @@ async def test_a_child_belongs_to_its_parents_tenant(agent: Agent) -> None:
         spec = lead_spec(agent, run_id="tenant-parent")
         await agent.temporal.start_workflow(
             WORKFLOW_NAME,
-            AgentInput(spec=spec),
+            StartInput(spec=spec),
             id="tenant-parent",
             task_queue=agent.settings.task_queue,
             memo={TENANT_MEMO: "acme", "other": "not inherited"},

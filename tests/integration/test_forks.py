@@ -13,7 +13,7 @@ import pytest
 from capstan.audit.history import decode_history, load_histories
 from capstan.client.forks import ForkError, fork
 from capstan.core.spec import ForkPoint, TerminalReason
-from capstan.core.workflow_io import AgentInput
+from capstan.core.workflow_io import StartInput
 from capstan.testing.fake_provider import call, say
 from tests.integration.helpers import run_cli
 from tests.integration.scripted_agent import Agent
@@ -74,7 +74,7 @@ async def test_a_fork_repeats_no_call_of_its_prefix_and_names_its_parent(
     assert ended.terminal_reason is TerminalReason.COMPLETED and ended.steps == 1
     # the fork's history names its parent and the step
     started = decode_history(histories[0])[0]
-    assert isinstance(started.data, AgentInput)
+    assert isinstance(started.data, StartInput)
     assert started.data.spec.forked_from == ForkPoint(run_id=parent, step=2)
     # its audit names the prefix once (the parent's) and holds only its own model call
     assert f"| Forked from | run {parent} after step 2" in audit.stdout, audit.stdout

@@ -20,7 +20,7 @@ import pytest
 
 from capstan.core.spec import TerminalReason
 from capstan.core.tenants import workspace_subdir
-from capstan.core.workflow_io import AgentInput
+from capstan.core.workflow_io import StartInput
 from capstan.testing.fake_provider import call, say
 from tests.integration.scripted_agent import Agent
 from tests.integration.steer_helpers import wait_pending
@@ -201,7 +201,7 @@ async def test_a_threads_next_run_takes_its_privileges_from_the_sender(
         await live.client.result(run_id)
     assert first.output == "first"
     (payload,) = history.events[0].workflow_execution_started_event_attributes.input.payloads
-    spec = AgentInput.model_validate_json(payload.data).spec
+    spec = StartInput.model_validate_json(payload.data).spec
     assert (spec.auto_approve, spec.waive_rule_of_two, spec.sandbox.network) == (False,) * 3
     assert spec.tool_policy["write_file"].decision is None and spec.agent == "unattended"
     assert [a.tool for a in pending.approvals] == ["write_file"]

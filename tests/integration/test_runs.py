@@ -191,7 +191,7 @@ async def test_continue_as_new_carries_the_run(agent: Agent, workspace: Path) ->
     script.append(say(call("finish", answer="done")))
     run = await agent.run(script, spec(continue_as_new_every=2), history="continued_as_new")
     assert run.result.terminal_reason is TerminalReason.COMPLETED
-    assert run.result.steps == 6 and run.status.continued == 2
+    assert run.result.steps == 6 and run.status.continued == 2 and run.result.continued == 2
     assert [s.step for s in run.steps] == [1, 2, 3, 4, 5, 6]
     # after each continue-as-new the model still received the whole conversation
     assert [len(r["messages"]) for r in run.requests] == [2, 4, 6, 8, 10, 12]

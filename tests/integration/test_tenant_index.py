@@ -15,7 +15,7 @@ from capstan.api.auth import Principal, Scope
 from capstan.api.tenancy import TENANT_KEY, TENANT_MEMO, Tenancy, TenantIndex
 from capstan.client.runs import CapstanClient
 from capstan.core.spec import RunSpec
-from capstan.core.workflow_io import WORKFLOW_NAME, AgentInput
+from capstan.core.workflow_io import WORKFLOW_NAME, StartInput
 from capstan.runtime.config import Settings
 from tests.integration.steer_helpers import wait_for
 
@@ -39,7 +39,7 @@ async def test_runs_carry_the_tenant_attribute_and_listings_filter_by_it(
     old = f"old-{run_id}"
     await temporal.start_workflow(
         WORKFLOW_NAME,
-        AgentInput(spec=RunSpec(task="t", run_id=old)),
+        StartInput(spec=RunSpec(task="t", run_id=old)),
         id=old,
         task_queue=settings.task_queue,
         memo={TENANT_MEMO: "acme-x"},

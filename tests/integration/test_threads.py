@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 
 from capstan.client.runs import CapstanClient
 from capstan.core.spec import TerminalReason
-from capstan.core.workflow_io import AgentInput
+from capstan.core.workflow_io import StartInput
 from capstan.runtime.config import Settings
 from capstan.testing.fake_provider import FakeProvider, Reply, call, say
 from capstan.workflows.agent import AgentWorkflow
@@ -113,9 +113,9 @@ async def test_a_thread_of_three_runs_remembers_the_first(
     # the continued run's history replays against the current code; a run started by `send`
     # took the previous run's spec (max_steps 7) with its own task
     started = history.events[0].workflow_execution_started_event_attributes
-    spec = AgentInput.model_validate_json(started.input.payloads[0].data).spec
+    spec = StartInput.model_validate_json(started.input.payloads[0].data).spec
     assert spec.thread == thread and spec.continues is not None
-    sent_spec = AgentInput.model_validate_json(sent_start.input.payloads[0].data).spec
+    sent_spec = StartInput.model_validate_json(sent_start.input.payloads[0].data).spec
     assert sent_spec.max_steps == 7 and sent_spec.task == "Now list the workspace."
     replayer = Replayer(workflows=[AgentWorkflow], data_converter=temporal.data_converter)
     replayed = await replayer.replay_workflow(history, raise_on_replay_failure=True)

@@ -13,7 +13,7 @@ from ag_ui.core import BaseEvent
 from capstan.api.agui_events import RESULT_MAX_CHARS, chain_key, derive, tool_call_id
 from capstan.audit.history import Entry
 from capstan.core.activity_io import CallModelInput, ModelReply, RunToolInput
-from capstan.core.activity_table import ActivityName
+from capstan.core.activity_names import ActivityName
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message, ToolCall, Usage
 from capstan.core.spec import RunResult, TerminalReason

@@ -89,6 +89,16 @@ def test_a_command_imports_neither_another_commands_module_nor_jsonschema() -> N
     assert not loaded & others
     # tool schemas are validated by workers; a client command never loads jsonschema
     assert not {m for m in loaded if m.startswith(("jsonschema", "referencing"))}
+    # a client reads and sends the wire types only, never the loop's state or activity types
+    # (`capstan.core.workflow_io.StartInput`; issue 28's start target)
+    loop_types = {
+        "capstan.core.state",
+        "capstan.core.agent_input",
+        "capstan.core.inputs",
+        "capstan.core.activity_table",
+        "capstan.core.activity_io",
+    }
+    assert not loaded & loop_types
 
 
 def test_a_module_refines_only_what_this_build_made_in_full() -> None:

@@ -11,6 +11,7 @@ import pytest
 from pydantic import TypeAdapter
 
 from capstan.core import inputs, limits, loop
+from capstan.core.agent_input import AgentInput
 from capstan.core.content import BlobRef
 from capstan.core.effects import (
     AwaitInput,
@@ -38,7 +39,6 @@ from capstan.core.steering import (
     SteeringBase,
     text_fields,
 )
-from capstan.core.workflow_io import AgentInput
 from tests.unit.scripted import T0, call, reply, started
 
 SPEC = RunSpec(task="t", max_steps=6)

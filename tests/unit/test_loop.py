@@ -171,7 +171,7 @@ def test_continue_as_new_every_n_steps_keeps_the_conversation() -> None:
     result, state = d.run(spec)
     assert result.terminal_reason is TerminalReason.COMPLETED
     assert sum(isinstance(e, ContinueAsNew) for e in d.effects) == 2
-    assert state.segment.continued == 2
+    assert state.segment.continued == 2 and result.continued == 2
     # after a continue-as-new the next call still carries the conversation head
     after = d.model_inputs[2].request
     assert after.conversation is not None and after.new_messages

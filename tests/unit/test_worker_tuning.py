@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from capstan.client.runs import CapstanClient
-from capstan.core.activity_table import ACTIVITIES, ActivityName
+from capstan.core.activity_names import ActivityName
+from capstan.core.activity_table import ACTIVITIES
 from capstan.core.children import ChildRun
 from capstan.core.spec import ActivityTuning
 from capstan.runtime.config import ConfigError, Settings
@@ -71,6 +72,20 @@ def test_the_worker_imports_no_mcp_sdk_without_servers() -> None:
     probe = (
         "import sys, capstan.worker\n"
         "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_worker_imports_no_httpx_command_line_tool() -> None:
+    """httpx loads its CLI (rich, click, pygments) when they are installed: `capstan` marks it
+    absent, an eighth of a bare Temporal import saved at every start."""
+    probe = (
+        "import sys, capstan.worker\n"
+        "cli = ('httpx._main', 'rich', 'click', 'pygments')\n"
+        "print(sorted(m for m in cli if sys.modules.get(m)))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
