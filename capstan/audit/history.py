@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import ContinueAsNewInitiator, EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -24,6 +24,8 @@ from capstan.core.workflow_io import REQUESTS_MEMO, OpenRequests, StartInput
 from capstan.runtime.codec import decrypt_history
 
 __all__ = ["CLOSING", "Entry", "decode_history", "first_run_id", "load_histories"]
+
+_BY_WORKFLOW = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW
 
 ACTIVITY_TYPES: dict[str, tuple[Any, Any]] = {
     name.value: (spec.input, spec.result) for name, spec in ACTIVITIES.items()
@@ -87,7 +89,9 @@ def _time(event: HistoryEvent) -> datetime:
 def _started(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | None:
     a = event.workflow_execution_started_event_attributes
     # the spec only: the state a continued execution carries is not part of the audit, and
-    # Temporal's own record says whether it continued (decoding it would load the loop's types)
+    # Temporal's own record says whether the workflow continued itself as new (decoding the
+    # state would load the loop's types; a retry or cron run would be "continued" too, but
+    # not by the workflow)
     return Entry(
         "run_started",
         run_id,
@@ -95,7 +99,7 @@ def _started(event: HistoryEvent, run_id: str, acts: Activities) -> Entry | None
         _time(event),
         data=_decode(a.input, StartInput),
         identity=a.identity,
-        extra={"continued": bool(a.continued_execution_run_id)},
+        extra={"continued": a.initiator == _BY_WORKFLOW},
     )
 
 
