@@ -1,4 +1,4 @@
-"""The names every activity a run calls is registered and recorded under.
+"""The name of each activity a run calls: what it is registered and recorded under.
 
 A module of its own so a client that only reads which activity a run waits on (`capstan status`
 of a model call held back by its provider) does not load the activities' input and result models

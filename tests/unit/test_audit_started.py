@@ -1,6 +1,7 @@
-"""The audit reads whether an execution continued another from Temporal's own record of it, not
-by decoding the state it carries (which would load the loop's types into every audit): on every
-stored history the two agree."""
+"""The audit reads whether an execution continued another from Temporal's own record of it (the
+started event's initiator: the workflow continued itself as new), not by decoding the state it
+carries (which would load the loop's types into every audit): on every stored history the two
+agree."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import ContinueAsNewInitiator
 from temporalio.client import WorkflowHistory
 
 from capstan.audit.history import decode_history
@@ -15,6 +17,7 @@ from capstan.audit.trail import build_trail
 from capstan.core.agent_input import AgentInput
 from capstan.runtime.blobstore import ContentStore
 
+BY_WORKFLOW = ContinueAsNewInitiator.CONTINUE_AS_NEW_INITIATOR_WORKFLOW
 HISTORIES = sorted((Path(__file__).parents[1] / "histories").glob("*.json"))
 
 
@@ -35,5 +38,5 @@ def test_continued_is_what_the_carried_state_said(path: Path, tmp_path: Path) ->
 def test_the_stored_histories_hold_continued_executions() -> None:
     """The check above means something only if some stored history continued another."""
     starts = [_history(p).events[0].workflow_execution_started_event_attributes for p in HISTORIES]
-    continued = [a for a in starts if a.continued_execution_run_id]
+    continued = [a for a in starts if a.initiator == BY_WORKFLOW]
     assert len(continued) >= 3
