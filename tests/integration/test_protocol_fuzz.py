@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -187,16 +188,24 @@ def fuzz(base: str, examples: int) -> tuple[list[str], set[str]]:
     return failures, seen
 
 
-async def test_mcp_endpoint_finds_nothing(agent: Agent) -> None:
+@contextlib.asynccontextmanager
+async def idle_api(agent: Agent, queue: str) -> AsyncIterator[str]:
+    """The API's base URL, over a client whose runs go to `queue`, which no worker polls:
+    runs the fuzzer starts must not run. They are terminated afterwards."""
     async with agent.serving([]) as live:
-        # runs the fuzzer starts go to a queue no worker polls: fuzzed tasks must not run
-        idle_settings = agent.settings.model_copy(update={"task_queue": "fuzz-idle-mcp"})
-        idle = CapstanClient(live.client.client, idle_settings)
+        idle = CapstanClient(
+            live.client.client, agent.settings.model_copy(update={"task_queue": queue})
+        )
         async with served(app_for(idle, writes_per_minute=1_000_000)) as base:
-            failures, seen = await asyncio.to_thread(fuzz, base, 200)
-        query = "TaskQueue = 'fuzz-idle-mcp' AND ExecutionStatus = 'Running'"
+            yield base
+        query = f"TaskQueue = '{queue}' AND ExecutionStatus = 'Running'"
         async for wf in live.client.client.list_workflows(query):
             await live.client.client.get_workflow_handle(wf.id).terminate("fuzzed")
+
+
+async def test_mcp_endpoint_finds_nothing(agent: Agent) -> None:
+    async with idle_api(agent, "fuzz-idle-mcp") as base:
+        failures, seen = await asyncio.to_thread(fuzz, base, 200)
     assert not failures, "\n".join(failures[:20])
     assert seen == {"tool error", "result", "protocol error"}
 
@@ -302,14 +311,8 @@ async def test_a2a_endpoint_finds_nothing(agent: Agent, tmp_path: Path) -> None:
     agents = tmp_path / "agents.toml"
     agents.write_text('[helper]\nsystem_prompt = "You help."\nmax_steps = 3\n')
     agent.configure(agents_file=agents)
-    async with agent.serving([]) as live:
-        idle_settings = agent.settings.model_copy(update={"task_queue": "fuzz-idle-a2a"})
-        idle = CapstanClient(live.client.client, idle_settings)
-        async with served(app_for(idle, writes_per_minute=1_000_000)) as base:
-            failures, codes = await asyncio.to_thread(fuzz_a2a, base, 200)
-        query = "TaskQueue = 'fuzz-idle-a2a' AND ExecutionStatus = 'Running'"
-        async for wf in live.client.client.list_workflows(query):
-            await live.client.client.get_workflow_handle(wf.id).terminate("fuzzed")
+    async with idle_api(agent, "fuzz-idle-a2a") as base:
+        failures, codes = await asyncio.to_thread(fuzz_a2a, base, 200)
     assert not failures, "\n".join(failures[:20])
     # malformed JSON, bad params and unknown tasks all reached their protocol errors
     assert {-32700, -32602, -32001} <= codes, codes
