@@ -7,8 +7,10 @@ as refs. While a reply streams in, its text so far rides on the activity's heart
 
 Its own cost does not grow with the conversation: decoded segments and rendered conversations
 are cached by head (both immutable), so a call renders only the messages since the last one and
-primes the cache for the head it writes. The blocking work runs in one worker-thread hop before
-the provider call and one after it; the event loop only awaits.
+primes the cache for the head it writes. The blocking work before the provider call and after
+it runs in place when it is small and the store is on local disk (the conversation's rendering
+cached, the step's messages inline and small: `capstan.activities.inline`), otherwise in one
+worker-thread hop each.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from capstan.activities.heartbeat import with_heartbeat
+from capstan.activities.inline import small_messages
 from capstan.activities.model_queues import Governor
 from capstan.activities.providers.anthropic import AnthropicMessages
 from capstan.activities.providers.base import ChatAdapter, ProviderReply, RenderedMessage
@@ -249,7 +252,13 @@ class ModelActivities:
 
     @activity.defn(name=ActivityName.CALL_MODEL.value)
     async def call_model(self, request: CallModelInput) -> ModelReply:
-        prompt = await with_heartbeat(asyncio.to_thread(self._prepare, request), interval=0.5)
+        profile, budget = self._budget(request)
+        if self._prepares_in_place(request, profile, budget):
+            prompt = self._prepare(request, profile, budget)
+        else:
+            prompt = await with_heartbeat(
+                asyncio.to_thread(self._prepare, request, profile, budget), interval=0.5
+            )
         profile, tools = prompt.profile, prompt.tools
         rendered = list(prompt.view.messages)
         estimate = prompt.view.tokens
@@ -291,9 +300,12 @@ class ModelActivities:
             "model replied",
             extra={"run_id": request.run_id, "step": request.step, "attempt": attempt},
         ) if activity.in_activity() else None
-        assistant, head = await with_heartbeat(
-            asyncio.to_thread(self._record, request, prompt, reply), interval=0.5
-        )
+        if self.content.on_local_disk and small_messages(request.new_messages, _reply_chars(reply)):
+            assistant, head = self._record(request, prompt, reply)
+        else:
+            assistant, head = await with_heartbeat(
+                asyncio.to_thread(self._record, request, prompt, reply), interval=0.5
+            )
         return ModelReply(
             message=assistant,
             conversation=head,
@@ -328,10 +340,9 @@ class ModelActivities:
             step=step,
         )
 
-    def _prepare(self, request: CallModelInput) -> Prompt:
-        """Profile, tools and the rendered conversation (the cached part plus the new)."""
+    def _budget(self, request: CallModelInput) -> tuple[Profile, ResultBudget]:
         profile = self.profile(request.profile)
-        budget = ResultBudget(
+        return profile, ResultBudget(
             max_lines=request.tool_result_max_lines,
             max_bytes=request.tool_result_max_bytes,
             max_tokens=min(
@@ -340,6 +351,31 @@ class ModelActivities:
             ),
             max_chars=request.observation_max_chars,
         )
+
+    def _prepares_in_place(
+        self, request: CallModelInput, profile: Profile, budget: ResultBudget
+    ) -> bool:
+        """Whether `_prepare` is small work on local disk: the conversation so far rendered in
+        the cache, the tools read, the new messages inline and small, no workspace to read."""
+        head = request.conversation
+        return (
+            self.content.on_local_disk
+            and not self._narrows(profile)
+            and request.tools.sha256 in self._tool_specs
+            and (head is None or self.rendered.get(head.sha256, budget) is not None)
+            and small_messages(request.new_messages)
+        )
+
+    def _narrows(self, profile: Profile) -> bool:
+        """Whether this profile's tools are narrowed to the workspace's files for each call."""
+        return (
+            profile.provider == "local"
+            and self.workspace is not None
+            and self.local_choices != "off"
+        )
+
+    def _prepare(self, request: CallModelInput, profile: Profile, budget: ResultBudget) -> Prompt:
+        """Tools and the rendered conversation (the cached part plus the new)."""
         base = render_view(
             self.content,
             request.conversation,
@@ -351,7 +387,7 @@ class ModelActivities:
         fresh = render(self.content, request.new_messages, budget)
         view = base.extend(fresh, self.count_tokens)
         tools = self._tools(request.tools)
-        if profile.provider == "local" and self.workspace and self.local_choices != "off":
+        if self._narrows(profile) and self.workspace is not None:
             lines = self.local_choices == "lines"
             own = self.workspace / workspace_subdir(request.workspace)  # the run's, not the root
             tools = narrow_for_call(tools, own, view.messages, lines=lines)
@@ -396,3 +432,9 @@ def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def _reply_chars(reply: ProviderReply) -> int:
+    """The characters of a reply that `_record` stores."""
+    calls = sum(len(c.arguments) for c in reply.tool_calls)
+    return len(reply.text) + len(reply.reasoning or "") + calls

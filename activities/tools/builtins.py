@@ -12,6 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from capstan.activities.inline import INLINE_BYTES, INLINE_ENTRIES
 from capstan.activities.tools.jail import Jail
 from capstan.activities.tools.registry import ToolContext, ToolFunction, tool
 from capstan.activities.tools.sandbox import sandbox_tools
@@ -127,7 +128,11 @@ async def read_file(ctx: ToolContext, path: str) -> str:
     Args:
         path: Path relative to the workspace root.
     """
-    return await asyncio.to_thread(_workspace(ctx).read_text, path, MAX_READ_CHARS)
+    workspace = _workspace(ctx)
+    small = workspace.read_text(path, MAX_READ_CHARS, at_most=INLINE_BYTES)
+    if small is not None:
+        return small
+    return await asyncio.to_thread(workspace.read_text, path, MAX_READ_CHARS)
 
 
 @tool
@@ -138,7 +143,11 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> str:
         path: Path relative to the workspace root; parent directories are created.
         content: The full new content of the file.
     """
-    written = await asyncio.to_thread(_workspace(ctx).write_text, path, content)
+    workspace = _workspace(ctx)
+    if len(content) * 4 <= INLINE_BYTES:
+        written = workspace.write_text(path, content)
+    else:
+        written = await asyncio.to_thread(workspace.write_text, path, content)
     return f"wrote {written} bytes to {path}"
 
 
@@ -150,7 +159,10 @@ async def list_dir(ctx: ToolContext, path: str = ".") -> str:
     Args:
         path: Directory relative to the workspace root.
     """
-    entries = await asyncio.to_thread(_workspace(ctx).entries, path)
+    workspace = _workspace(ctx)
+    entries = workspace.entries(path, at_most=INLINE_ENTRIES)
+    if entries is None:
+        entries = await asyncio.to_thread(workspace.entries, path)
     entries.sort(key=lambda e: (e.kind != "dir", e.name))
     return "\n".join(map(_listing_line, entries)) or "(empty directory)"
 

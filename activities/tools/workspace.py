@@ -14,19 +14,25 @@ workspaces below the root) are neither listed nor reachable.
 
 Refusals raise `WorkspaceError`; a missing file or a directory where a file should be raises
 the usual `OSError` subclass. Either way the text names only the workspace-relative path the
-model gave, never a host path. Everything here blocks: call it through `asyncio.to_thread`.
+model gave, never a host path.
+
+Everything here blocks. A call on a small file or directory costs less than the thread hop
+that would keep it off the event loop (`capstan.activities.inline`), so `read_text` and
+`entries` take a bound (`at_most`): within it they answer, beyond it they stop early and return
+None, and the caller makes the whole call again in a thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Literal, overload
 
 __all__ = [
     "MAX_DEPTH",
@@ -114,13 +120,19 @@ class Workspace:
     root: Path
     hidden: frozenset[str] = frozenset()
 
-    def read_text(self, path: str, limit: int) -> str:
-        """Up to `limit` characters of a UTF-8 text file (undecodable bytes replaced)."""
+    @overload
+    def read_text(self, path: str, limit: int) -> str: ...
+    @overload
+    def read_text(self, path: str, limit: int, *, at_most: int) -> str | None: ...
+
+    def read_text(self, path: str, limit: int, *, at_most: int | None = None) -> str | None:
+        """Up to `limit` characters of a UTF-8 text file (undecodable bytes replaced); None,
+        read nothing, when the file is larger than `at_most` bytes."""
         *parents, name = self._file_parts(path)
         with self._directory(path, parents, create=False) as parent:
-            fd, _ = _open_file(path, parent, [*parents, name], _READ_FLAGS)
+            fd, found = _open_file(path, parent, [*parents, name], _READ_FLAGS)
             with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
-                return f.read(limit)
+                return None if at_most is not None and found.st_size > at_most else f.read(limit)
 
     def write_text(self, path: str, content: str) -> int:
         """Replace (or create) a UTF-8 text file, creating parent directories; bytes written."""
@@ -137,11 +149,20 @@ class Workspace:
                 f.write(data)
         return len(data)
 
-    def entries(self, path: str) -> list[Entry]:
-        """The entries of a directory; symlinks are reported as such, never followed."""
+    @overload
+    def entries(self, path: str) -> list[Entry]: ...
+    @overload
+    def entries(self, path: str, *, at_most: int) -> list[Entry] | None: ...
+
+    def entries(self, path: str, *, at_most: int | None = None) -> list[Entry] | None:
+        """The entries of a directory; symlinks are reported as such, never followed. None when
+        it has more than `at_most` (having looked at `at_most` of them and one more name)."""
         parts = self._parts(path)
         with self._directory(path, parts, create=False) as directory, os.scandir(directory) as it:
-            found = [e for e in map(_entry, it) if e is not None]
+            listed = it if at_most is None else itertools.islice(it, at_most)
+            found = [e for e in map(_entry, listed) if e is not None]
+            if at_most is not None and next(it, None) is not None:
+                return None
         return [e for e in found if e.name not in self.hidden] if not parts else found
 
     def _parts(self, path: str) -> tuple[str, ...]:

@@ -36,6 +36,8 @@ _LOW_WATER = 0.9
 class CachedBlobStore:
     """`remote` behind a local directory cache of at most `max_bytes` (0: no cache)."""
 
+    on_local_disk = False  # a write, and a read the cache misses, go to `remote`
+
     def __init__(
         self, remote: BlobStore, root: Path, max_bytes: int, keyring: Keyring | None = None
     ) -> None:

@@ -91,7 +91,11 @@ class BlobUnavailableError(BlobStoreError):
 
 
 class BlobStore(Protocol):
-    """What a blob backend provides. Both calls are synchronous; callers run them in a thread."""
+    """What a blob backend provides. Both calls are synchronous; callers run them in a thread,
+    or in place for small work when the store is `on_local_disk` (`capstan.activities.inline`)."""
+
+    #: its calls touch only local disk, each in proportion to its own data (no network)
+    on_local_disk: bool
 
     def put(self, data: bytes) -> str:
         """Store `data` and return its sha256 hex digest. Idempotent."""
@@ -136,6 +140,8 @@ def unseal_verified(stored: bytes, sha256: str, keyring: Keyring | None, where: 
 
 class LocalBlobStore:
     """Blobs as files `<root>/<aa>/<rest of hash>`, written atomically (sealed with a keyring)."""
+
+    on_local_disk = True
 
     def __init__(self, root: Path, keyring: Keyring | None = None) -> None:
         self.root = root  # created by the first write: a reader never makes directories
@@ -219,6 +225,11 @@ class ContentStore:
         self._cache_bytes = cache_bytes
         self._cached_bytes = 0
         self._lock = threading.Lock()
+
+    @property
+    def on_local_disk(self) -> bool:
+        """Whether its blobs are on local disk (`BlobStore.on_local_disk`)."""
+        return self.blobs.on_local_disk
 
     def store_text(self, text: str) -> Text:
         """Inline when small (`fits_inline`), otherwise written to the store and referenced."""

@@ -140,6 +140,8 @@ def _reveal(secret: SecretStr | None) -> str | None:
 class S3BlobStore:
     """Blobs as objects in one bucket under one prefix; see the module docstring."""
 
+    on_local_disk = False
+
     def __init__(
         self,
         url: str,
