@@ -243,15 +243,19 @@ class ContentStore:
         return len(text) * 4 <= self.inline_limit or len(text.encode("utf-8")) <= self.inline_limit
 
     def store_bytes(self, data: bytes, text: str | None = None) -> BlobRef:
-        """Always store; used for structured blobs (conversation segments, tool schemas)."""
+        """Always store. `text` (what `data` encodes) is counted and previewed for readers; a
+        structured blob (a conversation segment, tool schemas: no `text`) is read by code
+        only, so its ref carries neither: a JSON prefix told a reader nothing, and each
+        model call's input and reply repeated ~300 bytes of it in history."""
         digest = self.blobs.put(data)
         self._remember(digest, data)
-        decoded = text if text is not None else data.decode("utf-8", errors="replace")
+        if text is None:
+            return BlobRef(sha256=digest, size=len(data))
         return BlobRef(
             sha256=digest,
             size=len(data),
-            tokens=self.count_tokens(decoded) if text is not None else 0,
-            preview=preview_of(decoded),
+            tokens=self.count_tokens(text),
+            preview=preview_of(text),
         )
 
     def read_bytes(self, sha256: str) -> bytes:

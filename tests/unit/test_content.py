@@ -32,6 +32,16 @@ def test_small_text_inline_large_text_ref(store: ContentStore) -> None:
     assert store.store_text("é" * 5000) == ref  # content-addressed: idempotent
 
 
+def test_a_structured_blob_is_stored_without_preview_or_count(store: ContentStore) -> None:
+    """A conversation segment's ref names its blob and size only: its JSON prefix told a
+    reader nothing and rode in every model call's input and reply."""
+    head = append_segment(store, None, 0, [Message(role="user", content="task " * 100)])
+    assert head.preview == "" and head.tokens == 0 and head.size > 500
+    assert load_conversation(store, head)[0].content == "task " * 100
+    text = store.store_text("word " * 1000)
+    assert isinstance(text, BlobRef) and text.preview.startswith("word word") and text.tokens
+
+
 @pytest.mark.parametrize("char", ["x", "é", "€", "😀"])
 def test_fits_inline_is_exactly_what_store_text_keeps_inline(
     store: ContentStore, char: str
