@@ -252,14 +252,14 @@ class ModelActivities:
 
     @activity.defn(name=ActivityName.CALL_MODEL.value)
     async def call_model(self, request: CallModelInput) -> ModelReply:
-        profile, budget = self._budget(request)
+        profile, budget = self._limits(request)
         if self._prepares_in_place(request, profile, budget):
             prompt = self._prepare(request, profile, budget)
         else:
             prompt = await with_heartbeat(
                 asyncio.to_thread(self._prepare, request, profile, budget), interval=0.5
             )
-        profile, tools = prompt.profile, prompt.tools
+        tools = prompt.tools
         rendered = list(prompt.view.messages)
         estimate = prompt.view.tokens
         attempt = activity.info().attempt if activity.in_activity() else 1
@@ -340,7 +340,8 @@ class ModelActivities:
             step=step,
         )
 
-    def _budget(self, request: CallModelInput) -> tuple[Profile, ResultBudget]:
+    def _limits(self, request: CallModelInput) -> tuple[Profile, ResultBudget]:
+        """The call's profile, and the budget its tool results are rendered within."""
         profile = self.profile(request.profile)
         return profile, ResultBudget(
             max_lines=request.tool_result_max_lines,
@@ -360,19 +361,18 @@ class ModelActivities:
         head = request.conversation
         return (
             self.content.on_local_disk
-            and not self._narrows(profile)
+            and self._narrowed_to(profile) is None
             and request.tools.sha256 in self._tool_specs
             and (head is None or self.rendered.get(head.sha256, budget) is not None)
             and small_messages(request.new_messages)
         )
 
-    def _narrows(self, profile: Profile) -> bool:
-        """Whether this profile's tools are narrowed to the workspace's files for each call."""
-        return (
-            profile.provider == "local"
-            and self.workspace is not None
-            and self.local_choices != "off"
-        )
+    def _narrowed_to(self, profile: Profile) -> Path | None:
+        """The workspace whose files this profile's tools are narrowed to on each call (the
+        bundled model's argument choices), or None."""
+        if profile.provider != "local" or self.local_choices == "off":
+            return None
+        return self.workspace
 
     def _prepare(self, request: CallModelInput, profile: Profile, budget: ResultBudget) -> Prompt:
         """Tools and the rendered conversation (the cached part plus the new)."""
@@ -387,9 +387,10 @@ class ModelActivities:
         fresh = render(self.content, request.new_messages, budget)
         view = base.extend(fresh, self.count_tokens)
         tools = self._tools(request.tools)
-        if self._narrows(profile) and self.workspace is not None:
+        workspace = self._narrowed_to(profile)
+        if workspace is not None:
             lines = self.local_choices == "lines"
-            own = self.workspace / workspace_subdir(request.workspace)  # the run's, not the root
+            own = workspace / workspace_subdir(request.workspace)  # the run's, not the root
             tools = narrow_for_call(tools, own, view.messages, lines=lines)
         return Prompt(profile, budget, tools, view)
 
@@ -437,4 +438,5 @@ def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
 def _reply_chars(reply: ProviderReply) -> int:
     """The characters of a reply that `_record` stores."""
     calls = sum(len(c.arguments) for c in reply.tool_calls)
-    return len(reply.text) + len(reply.reasoning or "") + calls
+    reasoning = len(reply.reasoning or "") + len(reply.reasoning_signature or "")
+    return len(reply.text) + reasoning + calls

@@ -144,9 +144,8 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> str:
         content: The full new content of the file.
     """
     workspace = _workspace(ctx)
-    if len(content) * 4 <= INLINE_BYTES:
-        written = workspace.write_text(path, content)
-    else:
+    written = workspace.write_text(path, content, at_most=INLINE_BYTES)
+    if written is None:
         written = await asyncio.to_thread(workspace.write_text, path, content)
     return f"wrote {written} bytes to {path}"
 

@@ -134,10 +134,21 @@ class Workspace:
             with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
                 return None if at_most is not None and found.st_size > at_most else f.read(limit)
 
-    def write_text(self, path: str, content: str) -> int:
-        """Replace (or create) a UTF-8 text file, creating parent directories; bytes written."""
+    @overload
+    def write_text(self, path: str, content: str) -> int: ...
+    @overload
+    def write_text(self, path: str, content: str, *, at_most: int) -> int | None: ...
+
+    def write_text(self, path: str, content: str, *, at_most: int | None = None) -> int | None:
+        """Replace (or create) a UTF-8 text file, creating parent directories; bytes written.
+        None, having written nothing, when the content or the file it replaces is larger than
+        `at_most` bytes."""
         *parents, name = self._file_parts(path)
+        if at_most is not None and len(content) > at_most:  # at least a byte a character
+            return None
         data = content.encode("utf-8")
+        if at_most is not None and len(data) > at_most:
+            return None
         with self._directory(path, parents, create=True) as parent:
             fd, found = _open_file(path, parent, [*parents, name], _WRITE_FLAGS, mode=0o666)
             with os.fdopen(fd, "wb") as f:
@@ -145,6 +156,8 @@ class Workspace:
                     raise WorkspaceError(
                         f"path {_shown(path)} is a hard link; refusing to write to it"
                     )
+                if at_most is not None and found.st_size > at_most:
+                    return None
                 os.ftruncate(fd, 0)
                 f.write(data)
         return len(data)

@@ -45,11 +45,10 @@ def blob_store_for(settings: Settings) -> BlobStore:
         remote = S3BlobStore(url, settings.s3, keyring)
         cache = settings.data_dir / "blob-cache" / remote.bucket
         return CachedBlobStore(remote, cache, settings.blob_cache_bytes, keyring)
-    if url.startswith("file://"):
-        return LocalBlobStore(Path(url.removeprefix("file://")), keyring)
-    if "://" in url:
+    if "://" in url and not url.startswith("file://"):
         raise ConfigError(f"CAPSTAN_BLOB_URL={url}: use s3://BUCKET/PREFIX or a directory")
-    return LocalBlobStore(Path(url), keyring)
+    # a directory named here may be shared over the network: its calls stay off the loop
+    return LocalBlobStore(Path(url.removeprefix("file://")), keyring, on_local_disk=False)
 
 
 def content_store_for(

@@ -139,13 +139,17 @@ def unseal_verified(stored: bytes, sha256: str, keyring: Keyring | None, where: 
 
 
 class LocalBlobStore:
-    """Blobs as files `<root>/<aa>/<rest of hash>`, written atomically (sealed with a keyring)."""
+    """Blobs as files `<root>/<aa>/<rest of hash>`, written atomically (sealed with a keyring).
 
-    on_local_disk = True
+    `on_local_disk`: False for a directory that may be a network filesystem shared by several
+    machines (`CAPSTAN_BLOB_URL`), where a call may wait on the network."""
 
-    def __init__(self, root: Path, keyring: Keyring | None = None) -> None:
+    def __init__(
+        self, root: Path, keyring: Keyring | None = None, *, on_local_disk: bool = True
+    ) -> None:
         self.root = root  # created by the first write: a reader never makes directories
         self.keyring = keyring
+        self.on_local_disk = on_local_disk
         #: fan-out directories this store made or found: one mkdir each, not one per write
         self._fanout: set[str] = set()
 
@@ -246,7 +250,7 @@ class ContentStore:
         """Always store. `text` (what `data` encodes) is counted and previewed for readers; a
         structured blob (a conversation segment, tool schemas: no `text`) is read by code
         only, so its ref carries neither: a JSON prefix told a reader nothing, and each
-        model call's input and reply repeated ~300 bytes of it in history."""
+        model call's input and reply repeated it in history."""
         digest = self.blobs.put(data)
         self._remember(digest, data)
         if text is None:

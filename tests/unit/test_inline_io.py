@@ -21,7 +21,7 @@ from capstan.activities.inline import INLINE_BYTES, INLINE_ENTRIES, small_messag
 from capstan.activities.model import ModelActivities
 from capstan.activities.tool_runner import ToolActivities
 from capstan.activities.tools import builtins
-from capstan.activities.tools.builtins import BUILTIN_TOOLS, MAX_READ_CHARS
+from capstan.activities.tools.builtins import BUILTIN_TOOLS
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.activities.tools.workspace import Workspace
 from capstan.core.activity_io import CallModelInput, RunToolInput
@@ -124,18 +124,23 @@ async def test_small_files_and_directories_make_no_thread_hop(
 async def test_large_files_and_directories_are_read_in_a_thread(
     tools: ToolActivities, hops: Hops, tmp_path: Path
 ) -> None:
-    big = "y" * (INLINE_BYTES // 4 + 1)
+    big = "y" * (INLINE_BYTES + 1)
     await _run(tools, "write_file", path="big.txt", content=big)
     (tmp_path / "ws" / "huge.txt").write_text("z" * (INLINE_BYTES + 1))
     read = await _run(tools, "read_file", path="huge.txt")
-    assert read == "z" * (INLINE_BYTES + 1) and len(read) <= MAX_READ_CHARS
+    assert read == "z" * (INLINE_BYTES + 1)
     many = tmp_path / "ws" / "many"
     many.mkdir()
     for i in range(INLINE_ENTRIES + 1):
         (many / f"f{i:04d}").touch()
     listing = await _run(tools, "list_dir", path="many")
     assert len(listing.splitlines()) == INLINE_ENTRIES + 1
-    assert hops.of("Workspace") == ["write_text", "read_text", "entries"]
+    # a small write over a large file: truncating it is not small
+    assert await _run(tools, "write_file", path="huge.txt", content="small") == (
+        "wrote 5 bytes to huge.txt"
+    )
+    assert (tmp_path / "ws" / "huge.txt").read_text() == "small"
+    assert hops.of("Workspace") == ["write_text", "read_text", "entries", "write_text"]
 
 
 # -- the model call ---------------------------------------------------------------------------
@@ -153,8 +158,11 @@ def test_small_messages_counts_every_text_and_refuses_refs() -> None:
 
 
 def _reply(request: httpx.Request) -> httpx.Response:
-    count = len(json.loads(request.content)["messages"])
-    message = {"role": "assistant", "content": f"seen {count}"}
+    messages = json.loads(request.content)["messages"]
+    count = len(messages)
+    # asked to, the reply is larger than what is recorded in place
+    padding = "!" * (INLINE_BYTES // 4) if messages[-1]["content"] == "say a lot" else ""
+    message = {"role": "assistant", "content": f"seen {count}{padding}"}
     body = {"choices": [{"message": message, "finish_reason": "stop"}]}
     return httpx.Response(200, json={**body, "usage": {"prompt_tokens": 5, "completion_tokens": 1}})
 
@@ -179,7 +187,7 @@ async def _steps(models: ModelActivities, news: list[Message]) -> list[str]:
             tools=tools,
         )  # fmt: skip
         reply = await models.call_model(request)
-        seen.append(str(reply.message.content))
+        seen.append(models.content.resolve(reply.message.content)[:20])
         head = reply.conversation
     return seen
 
@@ -214,3 +222,39 @@ async def test_a_large_step_or_a_remote_store_takes_the_thread(
     seen = await _steps(models, [Message(role="user", content=f"m{i}") for i in range(3)])
     assert seen == ["seen 1", "seen 3", "seen 5"]
     assert hops.of("ModelActivities") == ["_prepare", "_record"] * 3
+
+
+async def test_a_released_conversation_or_a_large_reply_takes_the_thread(
+    tmp_path: Path, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hops = Hops()
+    hops.patch(monkeypatch, model_module)
+    models = ModelActivities(ContentStore(LocalBlobStore(tmp_path)), ENV, http)
+    first = Message(role="user", content="m")
+    tools = models.content.store_bytes(b"[]")
+    one = await models.call_model(
+        CallModelInput(run_id="r", step=1, profile="default", conversation=None,
+                       new_messages=(first,), tools=tools)
+    )  # fmt: skip
+    # the worker gave its caches back while the run waited: the next call reads its
+    # conversation again, in a thread
+    assert models.release_idle(0)
+    hops.calls.clear()
+    more = CallModelInput(
+        run_id="r", step=2, profile="default", conversation=one.conversation,
+        new_messages=(Message(role="user", content="say a lot"),), tools=tools,
+    )  # fmt: skip
+    reply = await models.call_model(more)
+    assert isinstance(reply.message.content, BlobRef)  # the large reply, stored as a ref
+    assert hops.of("ModelActivities") == ["_prepare", "_record"]
+
+
+def test_a_configured_blob_directory_is_not_taken_for_local_disk(tmp_path: Path) -> None:
+    """It may be a network filesystem shared by every machine (`CAPSTAN_BLOB_URL`)."""
+    from capstan.runtime.blobs import blob_store_for
+    from capstan.runtime.config import Settings
+
+    default = blob_store_for(Settings(data_dir=tmp_path))
+    named = blob_store_for(Settings(data_dir=tmp_path, blob_url=str(tmp_path / "shared")))
+    as_url = blob_store_for(Settings(data_dir=tmp_path, blob_url=f"file://{tmp_path}/s"))
+    assert default.on_local_disk and not named.on_local_disk and not as_url.on_local_disk

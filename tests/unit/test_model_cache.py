@@ -153,7 +153,7 @@ async def test_each_call_primes_the_next(models: ModelActivities, store: Countin
     assert [m.content for m in full[-2:]] == ["more 4", "seen 9"]
     cold = ModelActivities(store, models.env, models.http)  # a restarted worker
     request = request.model_copy(update={"step": 6, "conversation": head, "new_messages": new})
-    prompt = cold._prepare(request, *cold._budget(request))
+    prompt = cold._prepare(request, *cold._limits(request))
     assert [m.content for m in prompt.view.messages][-2:] == ["seen 9", "more 5"]
 
 
