@@ -1,6 +1,7 @@
 """100 runs active at once on one worker: Capstan's throughput against the floor's.
 
     python bench/active_runs.py [--runs 100] [--steps 10] [--rounds 3] [--port 7392]
+                                [--baseline DIR]
 
 One Capstan worker process (`worker.py`, the fake provider of the overhead bench in a process
 of its own: `bench/fake_server.py`) and one floor worker process (`bench/floor_worker.py`: the
@@ -14,9 +15,15 @@ as in the overhead bench: a run of `--steps` steps is `--steps` iterations, and 
 
 Reported, medians over the rounds: iterations per second on each side and their ratio
 (target: agent >= 0.8 x floor), the CPU seconds (user + system, from /proc) each worker process
-spent per iteration, the server's and the bench process's (the client) per iteration, how busy
-the whole machine was, and the load average before and after. Writes
+spent per iteration, its context switches per iteration (voluntary ones are waits: a lock, the
+GIL, a thread's queue), the server's and the bench process's (the client) CPU per iteration,
+how busy the whole machine was, and the load average before and after. Writes
 `bench/results/active_runs.json`.
+
+`--baseline DIR` runs a third side: the worker of another checkout (`git worktree add DIR REV`,
+the commit before a change) on its own task queue, in the same rounds, each side going first in
+turn. On a shared host whose speed moves by 2x in an afternoon, the per-round ratio to it is the
+before/after that one run can give.
 """
 
 from __future__ import annotations
@@ -42,7 +49,14 @@ sys.path.insert(0, str(ROOT))
 from temporalio.client import Client  # noqa: E402
 
 from bench.floor_workflow import FloorWorkflow  # noqa: E402
-from bench.workers import capstan_worker, cpu_seconds, machine_cpu, polling, stop  # noqa: E402
+from bench.workers import (  # noqa: E402
+    capstan_worker,
+    context_switches,
+    cpu_seconds,
+    machine_cpu,
+    polling,
+    stop,
+)
 from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
 from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
@@ -126,6 +140,7 @@ async def _round(batch: Batch, runs: int, steps: int, pids: dict[str, int]) -> d
     """`runs` runs at once; wall time and each party's CPU over the window, per iteration."""
     iterations = runs * steps
     threads = _threads(pids["worker"])
+    switches = context_switches(pids["worker"])
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     busy0, total0 = machine_cpu()
     began = time.perf_counter()
@@ -134,6 +149,10 @@ async def _round(batch: Batch, runs: int, steps: int, pids: dict[str, int]) -> d
     busy1, total1 = machine_cpu()
     used = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
     threads = {n: s - threads.get(n, 0.0) for n, s in _threads(pids["worker"]).items()}
+    voluntary, involuntary = (
+        (after - was) / iterations
+        for after, was in zip(context_switches(pids["worker"]), switches, strict=True)
+    )
     return {
         "iterations_per_s": iterations / wall,
         "wall_s": wall,
@@ -145,6 +164,10 @@ async def _round(batch: Batch, runs: int, steps: int, pids: dict[str, int]) -> d
             name: 1000 * s / iterations for name, s in threads.items() if s > 0
         },
         "machine_busy": (busy1 - busy0) / (total1 - total0),
+        "worker_context_switches_per_iteration": {
+            "voluntary": voluntary,
+            "involuntary": involuntary,
+        },
     }
 
 
@@ -179,6 +202,10 @@ def _summary(samples: list[dict[str, Any]]) -> dict[str, Any]:
             round(s["cpu_ms_per_iteration"]["worker"], 2) for s in samples
         ],
         "machine_busy_median": round(_median(samples, "machine_busy"), 3),
+        "worker_context_switches_per_iteration_median": {
+            kind: round(_median(samples, "worker_context_switches_per_iteration", kind), 1)
+            for kind in ("voluntary", "involuntary")
+        },
         "starts_s_median": round(_median(samples, "starts_s"), 2),
         "all_active_at_once": all(s["all_active_at_once"] for s in samples),
     }
@@ -225,7 +252,10 @@ async def active_runs(
     runs: int = 100,
     steps: int = 10,
     rounds: int = 3,
+    baseline: Path | None = None,
 ) -> dict[str, Any]:
+    """See the module docstring. `baseline`: another checkout (an earlier commit's worktree)
+    whose worker runs the same rounds as a third side, for a before/after from one run."""
     load_before = os.getloadavg()
     settings = base.model_copy(update={"task_queue": f"active-{uuid.uuid4().hex[:8]}"})
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -235,15 +265,23 @@ async def active_runs(
     floor_queue = f"active-floor-{uuid.uuid4().hex[:8]}"
     agent_log = settings.data_dir / f"{settings.task_queue}.log"
     floor_log = settings.data_dir / f"{floor_queue}.log"
+    before = settings.model_copy(update={"task_queue": f"{settings.task_queue}-baseline"})
+    before_log = settings.data_dir / f"{before.task_queue}.log"
     samples: dict[str, list[dict[str, Any]]] = {"agent": [], "floor": []}
+    if baseline is not None:
+        samples["baseline"] = []
     with _provider(steps) as (url, provider_pid):
         # the token encoder and idle runs stay for the worker's life: an idle release while
         # the floor's round runs would make the next agent round pay for loading it again
         env = {"CAPSTAN_MODEL": "openai:bench", "OPENAI_BASE_URL": url, "CAPSTAN_IDLE_RELEASE": "0"}
         agent_proc = capstan_worker(settings, env, agent_log)
         floor_proc = _floor_worker(settings.address, floor_queue, floor_log)
+        procs = [agent_proc, floor_proc]
+        if baseline is not None:
+            procs.append(capstan_worker(before, env, before_log, root=baseline))
         try:
-            await asyncio.gather(polling(agent_log), polling(floor_log))
+            logs = [agent_log, floor_log, *([before_log] if baseline is not None else [])]
+            await asyncio.gather(*map(polling, logs))
             common = {"server": server_pid} if server_pid else {}
             common["client"] = os.getpid()
             sides: dict[str, tuple[Batch, dict[str, int]]] = {
@@ -256,22 +294,40 @@ async def active_runs(
                     {"worker": floor_proc.pid, **common},
                 ),
             }
+            if baseline is not None:
+                sides["baseline"] = (
+                    _agent_batch(CapstanClient(client.client, before), steps),
+                    {"worker": procs[2].pid, "provider": provider_pid, **common},
+                )
             for batch, _ in sides.values():  # imports, caches, connections, arenas
                 await batch(WARM_UP)
+            names = list(sides)
             for i in range(rounds):
-                order = ("agent", "floor") if i % 2 == 0 else ("floor", "agent")
+                # every side goes first in turn: drifting load hits each alike
+                order = names[i % len(names) :] + names[: i % len(names)]
                 for side in order:
                     batch, pids = sides[side]
                     samples[side].append(await _round(batch, runs, steps, pids))
                     print(side, round(samples[side][-1]["iterations_per_s"], 2), file=sys.stderr)
         finally:
-            stop(agent_proc)
-            stop(floor_proc)
+            for proc in procs:
+                stop(proc)
     agent, floor = _summary(samples["agent"]), _summary(samples["floor"])
     per_round = [
         a["iterations_per_s"] / f["iterations_per_s"]
         for a, f in zip(samples["agent"], samples["floor"], strict=True)
     ]
+    compared: dict[str, Any] = {}
+    if baseline is not None:
+        earlier = _summary(samples["baseline"])
+        compared = {
+            "baseline": {"checkout": str(baseline), **earlier},
+            # this checkout's throughput over the baseline's, round by round (same minute)
+            "against_baseline_each_round": [
+                round(a["iterations_per_s"] / b["iterations_per_s"], 3)
+                for a, b in zip(samples["agent"], samples["baseline"], strict=True)
+            ],
+        }
     return {
         "runs_at_once": runs,
         "steps_per_run": steps,
@@ -293,6 +349,7 @@ async def active_runs(
             [round(x, 2) for x in load_before],
             [round(x, 2) for x in os.getloadavg()],
         ],
+        **compared,
     }
 
 
@@ -316,6 +373,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 runs=args.runs,
                 steps=args.steps,
                 rounds=args.rounds,
+                baseline=args.baseline,
             )
         finally:
             server.stop()
@@ -326,6 +384,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100, help="runs started at once per round")
     parser.add_argument("--steps", type=int, default=10, help="iterations per run")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="another checkout (`git worktree add DIR REV`) whose worker runs the same rounds",
+    )
     parser.add_argument("--port", type=int, default=7392, help="the bench's own Temporal server")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "active_runs.json")
     args = parser.parse_args()

@@ -17,6 +17,7 @@ __all__ = [
     "ROOT",
     "bare_worker",
     "capstan_worker",
+    "context_switches",
     "cpu_seconds",
     "kill",
     "machine_cpu",
@@ -29,7 +30,10 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def capstan_worker(settings: Settings, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def capstan_worker(
+    settings: Settings, env: dict[str, str], log: Path, root: Path = ROOT
+) -> subprocess.Popen[bytes]:
+    """`worker.py` of the checkout at `root` (this one, or another commit's to compare with)."""
     full = {
         **os.environ,
         **env,
@@ -37,11 +41,11 @@ def capstan_worker(settings: Settings, env: dict[str, str], log: Path) -> subpro
         "CAPSTAN_TASK_QUEUE": settings.task_queue,
         "CAPSTAN_DATA_DIR": str(settings.data_dir),
         "CAPSTAN_TOOLS": "tests.sample_tools",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(root),
     }
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")], env=full, cwd=ROOT, stdout=out, stderr=out
+            [sys.executable, str(root / "worker.py")], env=full, cwd=root, stdout=out, stderr=out
         )
 
 
@@ -98,6 +102,23 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     stat = Path(f"{where}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def context_switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of every thread a process has now (Linux):
+    a thread that waits (a lock, the GIL, a queue, IO) switches voluntarily."""
+    voluntary = involuntary = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            lines = (task / "status").read_text().splitlines()
+        except OSError:  # the thread ended meanwhile
+            continue
+        for line in lines:
+            if line.startswith("voluntary_ctxt_switches:"):
+                voluntary += int(line.split()[1])
+            elif line.startswith("nonvoluntary_ctxt_switches:"):
+                involuntary += int(line.split()[1])
+    return voluntary, involuntary
 
 
 def machine_cpu() -> tuple[float, float]:
