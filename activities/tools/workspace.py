@@ -17,9 +17,10 @@ the usual `OSError` subclass. Either way the text names only the workspace-relat
 model gave, never a host path.
 
 Everything here blocks. A call on a small file or directory costs less than the thread hop
-that would keep it off the event loop (`capstan.activities.inline`), so `read_text` and
-`entries` take a bound (`at_most`): within it they answer, beyond it they stop early and return
-None, and the caller makes the whole call again in a thread.
+that would keep it off the event loop (`capstan.activities.inline`), so `read_text`,
+`write_text` and `entries` take a bound (`at_most`): within it they answer, beyond it they stop
+early and return None (having written nothing), and the caller makes the whole call again in a
+thread.
 """
 
 from __future__ import annotations
