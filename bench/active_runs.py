@@ -35,7 +35,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -54,15 +53,15 @@ from bench.workers import (  # noqa: E402
     context_switches,
     cpu_seconds,
     machine_cpu,
+    own_server,
     polling,
     stop,
 )
-from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
-from capstan.core.spec import GuardPolicy, RunSpec, TerminalReason  # noqa: E402
+from capstan.client.runs import CapstanClient  # noqa: E402
+from capstan.core.spec import ActivityTuning, GuardPolicy, RunSpec, TerminalReason  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
-from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
 
-__all__ = ["active_runs"]
+__all__ = ["active_runs", "directories"]
 
 TARGET = 0.8
 WARM_UP = 10
@@ -89,8 +88,10 @@ async def _timed(waits: list[Awaitable[Any]], all_started: float) -> _Times:
     return _Times(all_started, list(await asyncio.gather(*(one(w) for w in waits))))
 
 
-def _agent_batch(client: CapstanClient, steps: int) -> Batch:
-    spec = RunSpec(task="bench", max_steps=steps + 1, guards=QUIET)
+def _agent_batch(client: CapstanClient, steps: int, tuning: ActivityTuning | None = None) -> Batch:
+    spec = RunSpec(
+        task="bench", max_steps=steps + 1, guards=QUIET, tuning=tuning or ActivityTuning()
+    )
 
     async def batch(runs: int) -> _Times:
         ids = await asyncio.gather(*(client.start_run(spec) for _ in range(runs)))
@@ -119,6 +120,15 @@ def _floor_batch(sdk: Client, queue: str, steps: int) -> Batch:
         return await _timed([h.result() for h in handles], started)
 
     return batch
+
+
+def directories(settings: Settings, steps: int) -> None:
+    """The data directory, and the directories the bench script's `list_dir` calls list:
+    distinct ones, so that no call repeats itself."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    for i in range(steps):
+        for sub in "abc":
+            (settings.workspace_dir / f"d{i}" / sub).mkdir(parents=True, exist_ok=True)
 
 
 def _threads(pid: int) -> dict[str, float]:
@@ -258,10 +268,7 @@ async def active_runs(
     whose worker runs the same rounds as a third side, for a before/after from one run."""
     load_before = os.getloadavg()
     settings = base.model_copy(update={"task_queue": f"active-{uuid.uuid4().hex[:8]}"})
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    for i in range(steps):  # distinct directories: no call repeats itself
-        for sub in "abc":
-            (settings.workspace_dir / f"d{i}" / sub).mkdir(parents=True, exist_ok=True)
+    directories(settings, steps)
     floor_queue = f"active-floor-{uuid.uuid4().hex[:8]}"
     agent_log = settings.data_dir / f"{settings.task_queue}.log"
     floor_log = settings.data_dir / f"{floor_queue}.log"
@@ -354,29 +361,16 @@ async def active_runs(
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp)
-        server = EmbeddedServer(data / "temporal", port=args.port)
-        await server.start()
-        assert server.process is not None, "a server already runs on that port: pick another"
-        try:
-            settings = Settings(
-                data_dir=data / "capstan",
-                temporal_address=server.address,
-                tools_module="tests.sample_tools",
-            )
-            client = CapstanClient(await connect_temporal(settings), settings)
-            return await active_runs(
-                client,
-                settings,
-                server.process.pid,
-                runs=args.runs,
-                steps=args.steps,
-                rounds=args.rounds,
-                baseline=args.baseline,
-            )
-        finally:
-            server.stop()
+    async with own_server(args.port) as (client, server_pid):
+        return await active_runs(
+            client,
+            client.settings,
+            server_pid,
+            runs=args.runs,
+            steps=args.steps,
+            rounds=args.rounds,
+            baseline=args.baseline,
+        )
 
 
 def main() -> None:

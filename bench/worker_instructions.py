@@ -26,20 +26,24 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.active_runs import QUIET, Batch, _floor_batch, _provider, _sdk, _timed  # noqa: E402
+from bench.active_runs import (  # noqa: E402
+    _agent_batch,
+    _floor_batch,
+    _provider,
+    _sdk,
+    directories,
+)
 from bench.steady import compile_bytecode, have_valgrind  # noqa: E402
-from bench.workers import polling, stop  # noqa: E402
-from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
-from capstan.core.spec import ActivityTuning, RunSpec, TerminalReason  # noqa: E402
+from bench.workers import own_server, polling, stop  # noqa: E402
+from capstan.client.runs import CapstanClient  # noqa: E402
+from capstan.core.spec import ActivityTuning  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
-from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
 
 __all__ = ["worker_instructions"]
 
@@ -47,21 +51,6 @@ WARM_UP = 3
 #: a call under callgrind takes ~50x as long: no heartbeat may time out
 SLOW = ActivityTuning(model_heartbeat=300, tool_heartbeat=300)
 _TOTAL = re.compile(r"^(?:summary|totals):\s*(\d+)", re.MULTILINE)
-
-
-def _agent_batch(client: CapstanClient, steps: int) -> Batch:
-    spec = RunSpec(task="bench", max_steps=steps + 1, guards=QUIET, tuning=SLOW)
-
-    async def batch(runs: int) -> Any:
-        ids = await asyncio.gather(*(client.start_run(spec) for _ in range(runs)))
-
-        async def completed(run_id: str) -> None:
-            result = await client.result(run_id)
-            assert result.terminal_reason is TerminalReason.COMPLETED, result
-
-        return await _timed([completed(i) for i in ids], 0.0)
-
-    return batch
 
 
 def _under_callgrind(argv: list[str], env: dict[str, str], out: Path, log: Path) -> Any:
@@ -123,7 +112,7 @@ async def _side(
         await polling(log, timeout=900)
         own = CapstanClient(client.client, settings.model_copy(update={"task_queue": queue}))
         batch = (
-            _agent_batch(own, steps)
+            _agent_batch(own, steps, SLOW)
             if side == "agent"
             else _floor_batch(_sdk(client), queue, steps)
         )
@@ -139,27 +128,12 @@ async def _side(
 
 async def worker_instructions(port: int, runs: int, steps: int) -> dict[str, Any]:
     compile_bytecode()
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp)
-        server = EmbeddedServer(data / "temporal", port=port)
-        await server.start()
-        assert server.process is not None, "a server already runs on that port: pick another"
-        try:
-            settings = Settings(
-                data_dir=data / "capstan",
-                temporal_address=server.address,
-                tools_module="tests.sample_tools",
-            )
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
-            for i in range(steps):  # distinct directories: no call repeats itself
-                for sub in "abc":
-                    (settings.workspace_dir / f"d{i}" / sub).mkdir(parents=True, exist_ok=True)
-            client = CapstanClient(await connect_temporal(settings), settings)
-            with _provider(steps) as (url, _):
-                agent = await _side("agent", client, settings, url=url, runs=runs, steps=steps)
-                floor = await _side("floor", client, settings, url=url, runs=runs, steps=steps)
-        finally:
-            server.stop()
+    async with own_server(port) as (client, _):
+        settings = client.settings
+        directories(settings, steps)
+        with _provider(steps) as (url, _):
+            agent = await _side("agent", client, settings, url=url, runs=runs, steps=steps)
+            floor = await _side("floor", client, settings, url=url, runs=runs, steps=steps)
     return {
         "runs_at_once": runs,
         "steps_per_run": steps,

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from capstan.client.runs import CapstanClient, connect_temporal
 from capstan.runtime.config import Settings
+from capstan.runtime.embedded import EmbeddedServer
 
 __all__ = [
     "ROOT",
@@ -21,6 +25,7 @@ __all__ = [
     "cpu_seconds",
     "kill",
     "machine_cpu",
+    "own_server",
     "polling",
     "rss_bytes",
     "stop",
@@ -28,6 +33,27 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.asynccontextmanager
+async def own_server(port: int) -> AsyncIterator[tuple[CapstanClient, int]]:
+    """A dev server of the bench's own on `port`, in a temporary directory, and a client whose
+    settings keep Capstan's data beside it (the sample tools); yields the client and the
+    server's pid. Stops the server after."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp)
+        server = EmbeddedServer(data / "temporal", port=port)
+        await server.start()
+        assert server.process is not None, "a server already runs on that port: pick another"
+        try:
+            settings = Settings(
+                data_dir=data / "capstan",
+                temporal_address=server.address,
+                tools_module="tests.sample_tools",
+            )
+            yield CapstanClient(await connect_temporal(settings), settings), server.process.pid
+        finally:
+            server.stop()
 
 
 def capstan_worker(

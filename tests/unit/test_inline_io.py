@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from capstan.activities import model as model_module
 from capstan.activities.inline import INLINE_BYTES, INLINE_ENTRIES, small_messages
 from capstan.activities.model import ModelActivities
 from capstan.activities.tool_runner import ToolActivities
-from capstan.activities.tools import builtins
 from capstan.activities.tools.builtins import BUILTIN_TOOLS
 from capstan.activities.tools.registry import ToolRegistry
 from capstan.activities.tools.workspace import Workspace
@@ -33,8 +31,7 @@ from capstan.runtime.blobstore import ContentStore, LocalBlobStore
 
 
 class Hops:
-    """Counts calls of `asyncio.to_thread` (patched on the `asyncio` module that `module`
-    uses, so every caller's count), and still makes them."""
+    """Records the calls of `asyncio.to_thread` by what they run, and still makes them."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
@@ -43,21 +40,18 @@ class Hops:
         """The hops to methods of the class `owner`, by method name."""
         return [c.removeprefix(f"{owner}.") for c in self.calls if c.startswith(f"{owner}.")]
 
-    def patch(self, monkeypatch: pytest.MonkeyPatch, module: Any) -> None:
-        real = asyncio.to_thread
-
-        async def counted(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-            self.calls.append(getattr(func, "__qualname__", repr(func)))
-            return await real(func, *args, **kwargs)
-
-        monkeypatch.setattr(module.asyncio, "to_thread", counted)
-
 
 @pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[Hops]:
+def hops(monkeypatch: pytest.MonkeyPatch) -> Hops:
     found = Hops()
-    found.patch(monkeypatch, builtins)
-    yield found
+    real = asyncio.to_thread
+
+    async def counted(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        found.calls.append(getattr(func, "__qualname__", repr(func)))
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    return found
 
 
 # -- the workspace's bounded calls ----------------------------------------------------------
@@ -193,10 +187,8 @@ async def _steps(models: ModelActivities, news: list[Message]) -> list[str]:
 
 
 async def test_a_warm_small_step_is_prepared_and_recorded_in_place(
-    tmp_path: Path, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, http: httpx.AsyncClient, hops: Hops
 ) -> None:
-    hops = Hops()
-    hops.patch(monkeypatch, model_module)
     models = ModelActivities(ContentStore(LocalBlobStore(tmp_path)), ENV, http)
     seen = await _steps(models, [Message(role="user", content=f"m{i}") for i in range(4)])
     assert seen == ["seen 1", "seen 3", "seen 5", "seen 7"]
@@ -206,10 +198,8 @@ async def test_a_warm_small_step_is_prepared_and_recorded_in_place(
 
 
 async def test_a_large_step_or_a_remote_store_takes_the_thread(
-    tmp_path: Path, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, http: httpx.AsyncClient, hops: Hops
 ) -> None:
-    hops = Hops()
-    hops.patch(monkeypatch, model_module)
     local = ModelActivities(ContentStore(LocalBlobStore(tmp_path / "a")), ENV, http)
     large = Message(role="user", content="x" * (INLINE_BYTES // 4 + 1))
     await _steps(local, [Message(role="user", content="m"), large])
@@ -225,10 +215,8 @@ async def test_a_large_step_or_a_remote_store_takes_the_thread(
 
 
 async def test_a_released_conversation_or_a_large_reply_takes_the_thread(
-    tmp_path: Path, http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, http: httpx.AsyncClient, hops: Hops
 ) -> None:
-    hops = Hops()
-    hops.patch(monkeypatch, model_module)
     models = ModelActivities(ContentStore(LocalBlobStore(tmp_path)), ENV, http)
     first = Message(role="user", content="m")
     tools = models.content.store_bytes(b"[]")
