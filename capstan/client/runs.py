@@ -88,6 +88,11 @@ from capstan.runtime.connect import connect_temporal
 log = logging.getLogger("capstan.client")
 T = TypeVar("T")
 
+#: How long a signal waits, in seconds, for a run at Temporal's limit of signals per execution
+#: to continue as new. The run does so at its next boundary, once the flood that filled the
+#: limit stops arriving during its task, and the new execution takes the signal.
+SIGNAL_LIMIT_WAIT = 60.0
+
 if TYPE_CHECKING:
     from capstan.audit.snapshot import Snapshot
 
@@ -342,7 +347,7 @@ class CapstanClient:
         handle = self.handle(run_id)
         try:
             if not checked:
-                await handle.signal(STEER, item)
+                await self._signal(run_id, handle, item)
                 return None
             window = asyncio.timeout(update_timeout)
             try:
@@ -354,7 +359,7 @@ class CapstanClient:
                     raise _update_timed_out(run_id, item) from None
                 # no worker took the update in time: the signal (same id, applied once) is
                 # durable and waits for one
-                await handle.signal(STEER, item)
+                await self._signal(run_id, handle, item)
                 return None
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
@@ -366,6 +371,34 @@ class CapstanClient:
             ended = desc.status.name.lower() if desc.status else "closed"
             raise SteeringError(f"run {run_id!r} has already ended ({ended})") from None
         return ack
+
+    async def _signal(
+        self, run_id: str, handle: WorkflowHandle[Any, Any], item: SteeringBase
+    ) -> None:
+        """Signal `item`, waiting out Temporal's limit of signals per execution.
+
+        A flood of sends can fill an execution's 10,000 signals before the run continues as new
+        (a signal arriving during its task makes Temporal refuse the continue-as-new and hand
+        the task back). The server then refuses every signal, the flood stops, the run
+        continues as new, and this send (same id, applied once) reaches the next execution.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SIGNAL_LIMIT_WAIT
+        delay = 0.05
+        while True:
+            try:
+                await handle.signal(STEER, item)
+                return
+            except RPCError as exc:
+                if not _at_signal_limit(exc):
+                    raise
+                if loop.time() + delay > deadline:
+                    raise SteeringError(
+                        f"run {run_id!r} is at Temporal's limit of signals per execution and did "
+                        f"not continue as new within {SIGNAL_LIMIT_WAIT:.0f} s; send again later"
+                    ) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def _stored(self, item: SteeringBase) -> SteeringBase:
         """`item` with its large text (over `INPUT_TEXT_BYTES`) written to the blob store and
@@ -592,6 +625,12 @@ class CapstanClient:
             if request_id.startswith(child.workflow_id + "/"):
                 return await self.owner(child.workflow_id, request_id)
         return run_id
+
+
+def _at_signal_limit(exc: RPCError) -> bool:
+    """Temporal's refusal of a signal past `limit.maxSignalsPerExecution` (InvalidArgument, so
+    only its text tells it apart from a malformed request)."""
+    return exc.status == RPCStatusCode.INVALID_ARGUMENT and "limit for signal events" in str(exc)
 
 
 def _update_timed_out(run_id: str, item: SteeringBase) -> BaseException:
