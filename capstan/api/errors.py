@@ -30,6 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from capstan.client.runs import (
     RejectedError,
     RunNotFoundError,
+    SignalLimitError,
     SteeringError,
     UpdateTimeoutError,
 )
@@ -143,9 +144,11 @@ def _validation_error(exc: RequestValidationError) -> ApiError:
 def _from_steering(exc: SteeringError) -> ApiError:
     if isinstance(exc, RejectedError):
         return ApiError(409, "rejected", f"the run rejected the input: {exc}")
+    retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
     if isinstance(exc, UpdateTimeoutError):
-        retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
         return ApiError(503, "worker_timeout", str(exc), headers=retry)
+    if isinstance(exc, SignalLimitError):
+        return ApiError(503, "signal_limit", str(exc), headers=retry)
     return ApiError(409, "conflict", str(exc))
 
 

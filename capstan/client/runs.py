@@ -104,6 +104,7 @@ __all__ = [
     "RunNotCompletedError",
     "RunNotFoundError",
     "RunSummary",
+    "SignalLimitError",
     "SteeringError",
     "UpdateTimeoutError",
     "connect_temporal",
@@ -122,6 +123,12 @@ class RejectedError(SteeringError):
 class UpdateTimeoutError(SteeringError):
     """Temporal gave up waiting for the worker to answer a validated input (its RPC deadline
     passed): the input may or may not be applied. Sending it again with the same id is safe."""
+
+
+class SignalLimitError(SteeringError):
+    """The run is at Temporal's limit of signals per execution and did not continue as new
+    within `SIGNAL_LIMIT_WAIT`: the input was not sent. Sending it again later (same id) is
+    safe."""
 
 
 class RunSummary(BaseModel):
@@ -393,7 +400,7 @@ class CapstanClient:
                 if not _at_signal_limit(exc):
                     raise
                 if loop.time() + delay > deadline:
-                    raise SteeringError(
+                    raise SignalLimitError(
                         f"run {run_id!r} is at Temporal's limit of signals per execution and did "
                         f"not continue as new within {SIGNAL_LIMIT_WAIT:.0f} s; send again later"
                     ) from None

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from capstan.client import runs
-from capstan.client.runs import CapstanClient
-from capstan.core.errors import SteeringError
+from capstan.client.runs import CapstanClient, SignalLimitError
 from capstan.core.spec import RunSpec
 from capstan.runtime.config import Settings
 from capstan.runtime.embedded import EmbeddedServer
@@ -60,7 +59,7 @@ async def test_a_send_past_the_servers_signal_limit_is_one_clear_line(
     run_id = await client.start_run(RunSpec(task="wait"))  # no worker: it never continues
     for i in range(LIMIT):
         await client.send_message(run_id, f"m{i}", f"m{i}")
-    with pytest.raises(SteeringError) as caught:
+    with pytest.raises(SignalLimitError) as caught:
         await client.send_message(run_id, "one too many", "late")
     message = str(caught.value)
     assert "\n" not in message and "limit of signals per execution" in message

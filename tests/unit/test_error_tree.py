@@ -10,7 +10,12 @@ import pytest
 
 from capstan.cli.support import CliError
 from capstan.client.agents import AgentsError
-from capstan.client.runs import RejectedError, RunNotFoundError, UpdateTimeoutError
+from capstan.client.runs import (
+    RejectedError,
+    RunNotFoundError,
+    SignalLimitError,
+    UpdateTimeoutError,
+)
 from capstan.client.schedules import ScheduleError
 from capstan.client.threads import ThreadError
 from capstan.core import errors
@@ -29,6 +34,7 @@ BRANCHES: dict[type[Exception], type[Exception]] = {
     LocalModelError: ConnectError,
     RejectedError: SteeringError,
     UpdateTimeoutError: SteeringError,
+    SignalLimitError: SteeringError,
     BlobError: StoreError,
     BlobUnavailableError: StoreError,
     RunNotFoundError: CapstanError,

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from temporalio.service import RPCError, RPCStatusCode
 
+from capstan.api.errors import _translate
 from capstan.client import runs
-from capstan.client.runs import CapstanClient
-from capstan.core.errors import SteeringError
+from capstan.client.runs import CapstanClient, SignalLimitError
 from capstan.core.steering import LiveMessage
 from capstan.runtime.config import Settings
 
@@ -58,11 +58,15 @@ async def test_a_run_that_never_continues_is_one_clear_line(
 ) -> None:
     monkeypatch.setattr(runs, "SIGNAL_LIMIT_WAIT", 0.2)
     handle = _Handle(refusals=1_000)
-    with pytest.raises(SteeringError) as caught:
+    with pytest.raises(SignalLimitError) as caught:
         await _capstan(handle).send_message("r-1", "hello", "m-1")
     message = str(caught.value)
     assert "\n" not in message and "'r-1'" in message and "limit of signals" in message
     assert not handle.sent
+    # the API answers it as a transient refusal, to be sent again later
+    error = _translate(caught.value)
+    assert error.status == 503 and error.detail.code == "signal_limit"
+    assert error.headers is not None and "Retry-After" in error.headers
 
 
 async def test_another_invalid_argument_is_not_waited_out() -> None:
