@@ -5,8 +5,10 @@
 Codes and statuses: `unauthorized` 401 (no or bad token), `forbidden` 403 (a scope is missing),
 `run_not_found` 404 (unknown run, or a run of another tenant: the same body), `conflict` 409
 (a steering input the run cannot take, an id in use), `too_large` 413 (refused before the body
-is read), `invalid` 422 (names the field), `rate_limited` 429 and `temporal_unavailable` 503
-(both with Retry-After), `codec_key` 500 (the run is encrypted and this server has no key, or
+is read), `invalid` 422 (names the field), `rate_limited` 429, and 503 for `temporal_unavailable`,
+`worker_timeout` (no worker answered a checked input in time) and `signal_limit` (the run is at
+Temporal's limit of signals per execution and did not continue as new in time), all with
+Retry-After, `codec_key` 500 (the run is encrypted and this server has no key, or
 not the one it was encrypted with: the message names the key id and `CAPSTAN_CODEC_KEYS` /
 `CAPSTAN_CODEC_KEY_FILE`, never key material), `internal` 500 (the details go to the server log
 only).
@@ -76,7 +78,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "the body is too large"),
         (422, "the input does not validate (the field is named)"),
         (429, "too many writes: see Retry-After"),
-        (503, "Temporal is unavailable, or no worker answered in time: see Retry-After"),
+        (
+            503,
+            "Temporal is unavailable, no worker answered in time, or the run is at Temporal's "
+            "signal limit: see Retry-After",
+        ),
     )
 }
 

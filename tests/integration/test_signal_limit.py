@@ -16,6 +16,7 @@ import pytest
 
 from capstan.client import runs
 from capstan.client.runs import CapstanClient, SignalLimitError
+from capstan.client.threads import Threads
 from capstan.core.spec import RunSpec
 from capstan.runtime.config import Settings
 from capstan.runtime.embedded import EmbeddedServer
@@ -34,6 +35,15 @@ class _LowSignalLimit(EmbeddedServer):
         return [*super().command(), "--dynamic-config-value", limit]
 
 
+def _settings(server: EmbeddedServer, tmp_path: Path) -> Settings:
+    return Settings(
+        data_dir=tmp_path / "data",
+        temporal_address=server.address,
+        task_queue=f"tq-{uuid.uuid4().hex[:10]}",
+        identity="tester@ci",
+    )
+
+
 @pytest.fixture
 async def low_limit(tmp_path: Path) -> AsyncIterator[EmbeddedServer]:
     server = _LowSignalLimit(tmp_path / "temporal", port=free_port())
@@ -49,13 +59,7 @@ async def test_a_send_past_the_servers_signal_limit_is_one_clear_line(
     low_limit: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runs, "SIGNAL_LIMIT_WAIT", 1.0)
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        temporal_address=low_limit.address,
-        task_queue=f"tq-{uuid.uuid4().hex[:10]}",
-        identity="tester@ci",
-    )
-    client = await CapstanClient.connect(settings)
+    client = await CapstanClient.connect(_settings(low_limit, tmp_path))
     run_id = await client.start_run(RunSpec(task="wait"))  # no worker: it never continues
     for i in range(LIMIT):
         await client.send_message(run_id, f"m{i}", f"m{i}")
@@ -63,3 +67,21 @@ async def test_a_send_past_the_servers_signal_limit_is_one_clear_line(
         await client.send_message(run_id, "one too many", "late")
     message = str(caught.value)
     assert "\n" not in message and "limit of signals per execution" in message
+
+
+async def test_a_thread_message_past_the_signal_limit_is_one_clear_line(
+    low_limit: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread's message goes to one execution, looked up again on each attempt; past the
+    wait it is the same clear line, not Temporal's InvalidArgument (the API's 422)."""
+    monkeypatch.setattr(runs, "SIGNAL_LIMIT_WAIT", 1.0)
+    client = await CapstanClient.connect(_settings(low_limit, tmp_path))
+    threads = Threads(client)
+    first = await threads.send("ops", "m0", message_id="m0")  # starts the run, one signal
+    assert first.started
+    for i in range(1, LIMIT):
+        sent = await threads.send("ops", f"m{i}", message_id=f"m{i}")
+        assert not sent.started and sent.execution == first.execution
+    with pytest.raises(SignalLimitError) as caught:
+        await threads.send("ops", "one too many", message_id="late")
+    assert "\n" not in str(caught.value)

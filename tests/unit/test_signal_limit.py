@@ -74,3 +74,17 @@ async def test_another_invalid_argument_is_not_waited_out() -> None:
     with pytest.raises(RPCError, match="blob size"):
         await _capstan(handle).send_message("r-1", "hello", "m-1")
     assert handle.refusals == 0 and not handle.sent
+
+
+async def test_each_attempt_is_told_its_number() -> None:
+    """A send aimed at one execution looks the run up again when `attempt` is not 0."""
+    seen: list[int] = []
+
+    async def send(attempt: int) -> str:
+        seen.append(attempt)
+        if attempt < 2:
+            raise RPCError(AT_LIMIT, RPCStatusCode.INVALID_ARGUMENT, b"")
+        return "sent"
+
+    assert await runs.through_signal_limit("r-1", send) == "sent"
+    assert seen == [0, 1, 2]
