@@ -107,7 +107,7 @@ async def _capstan(
             stages = [min(runs, first_stage), *([runs - first_stage] if runs > first_stage else [])]
             requests: list[tuple[str, ApprovalRequest]] = []
             at_base = 0
-            for count in stages:
+            for stage, count in enumerate(stages):
                 ids = await _start(own, settings.task_queue, "", count, first=len(requests))
                 asked = (len(requests) + count + 5) * (steps_before + 1) + 5
 
@@ -121,7 +121,8 @@ async def _capstan(
                 # a worker whose runs all wait for people is idle: what it holds after a while
                 await asyncio.sleep(IDLE_WAIT)
                 released = await _settled(worker.pid)
-                at_base = at_base or released
+                if stage == 0:
+                    at_base = released
             # the oldest runs (evicted when the cache holds fewer than `runs`), then the newest
             # (the cache is least-recently-used: these are the ones it holds)
             latencies = await _approve_each(own, settings, requests, range(sample))
