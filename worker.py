@@ -120,7 +120,7 @@ def build_worker(
     runner = workflow_runner(settings)
     options: dict[str, object] = {
         # a run whose worker died moves to another worker's queue after this long (recovery)
-        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=1),
+        "sticky_queue_schedule_to_start_timeout": timedelta(seconds=settings.sticky_timeout),
         # given, not computed: the SDK's default hashes every loaded module (~0.6 s at start);
         # with CAPSTAN_DEPLOYMENT, a pinned version of that Worker Deployment
         **deployment_options(settings.deployment, config.build_id),

@@ -109,6 +109,12 @@ class Settings(EnvSettings):
     # Runs a worker keeps in memory (Temporal's workflow cache). A cached run costs ~150 KB,
     # an evicted one ~6 KB and is replayed from its history when it next moves (~10 ms short).
     max_cached_runs: int = Field(128, validation_alias="CAPSTAN_MAX_CACHED_RUNS", ge=0)
+    # Seconds a workflow task waits on this worker's sticky queue before Temporal hands it to
+    # any worker of the task queue with the run's whole history: how soon a run whose worker
+    # died moves on (crash recovery), and how often a busy worker's tasks are taken from it
+    # (bench/README.md, issue 28 fifth pass: at 100 active runs on 2 cores, 1 s let ~1% of
+    # workflow tasks time out, 5 s none).
+    sticky_timeout: float = Field(1.0, validation_alias="CAPSTAN_STICKY_TIMEOUT", gt=0)
     # Seconds a worker keeps memory it is not using before giving it back (the token encoder's
     # ~20 MB, and runs that have not moved: capstan.host.memory.release_when_idle,
     # capstan.host.run_cache); 0 keeps it for the worker's life.

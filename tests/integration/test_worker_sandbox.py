@@ -4,6 +4,7 @@ test suite (the runtime half of the determinism check), and runs behave the same
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 
 import httpx
 import pytest
@@ -37,6 +38,15 @@ async def test_the_suite_runs_workflows_in_the_strict_sandbox(
     async with httpx.AsyncClient() as http:
         worker = build_worker(temporal, load_worker_config(settings, os.environ), http)
     assert isinstance(worker._config["workflow_runner"], SandboxedWorkflowRunner)  # no accessor
+
+
+async def test_the_worker_takes_its_sticky_timeout_from_the_settings(
+    temporal: Client, settings: Settings
+) -> None:
+    configured = settings.model_copy(update={"sticky_timeout": 5.0})
+    async with httpx.AsyncClient() as http:
+        worker = build_worker(temporal, load_worker_config(configured, os.environ), http)
+    assert worker._config["sticky_queue_schedule_to_start_timeout"] == timedelta(seconds=5)
 
 
 @pytest.mark.parametrize("sandbox", ["off", "strict"])
