@@ -114,7 +114,7 @@ class Settings(EnvSettings):
     # died moves on (crash recovery), and how often a busy worker's tasks are taken from it
     # (bench/README.md, issue 28 fifth pass: at 100 active runs on 2 cores, 1 s let ~1% of
     # workflow tasks time out, 5 s none).
-    sticky_timeout: float = Field(1.0, validation_alias="CAPSTAN_STICKY_TIMEOUT", gt=0)
+    sticky_timeout: float = Field(1.0, validation_alias="CAPSTAN_STICKY_TIMEOUT", ge=1)
     # Seconds a worker keeps memory it is not using before giving it back (the token encoder's
     # ~20 MB, and runs that have not moved: capstan.host.memory.release_when_idle,
     # capstan.host.run_cache); 0 keeps it for the worker's life.

@@ -38,7 +38,7 @@ def test_the_sticky_timeout_is_a_setting(env: dict[str, str]) -> None:
     assert Settings.from_env(env).sticky_timeout == 1.0
     assert Settings.from_env({**env, "CAPSTAN_STICKY_TIMEOUT": "5"}).sticky_timeout == 5.0
     with pytest.raises(ConfigError, match="CAPSTAN_STICKY_TIMEOUT"):
-        Settings.from_env({**env, "CAPSTAN_STICKY_TIMEOUT": "0"})
+        Settings.from_env({**env, "CAPSTAN_STICKY_TIMEOUT": "0.5"})
 
 
 def test_idle_memory_release_is_a_setting(env: dict[str, str]) -> None:
