@@ -8,7 +8,6 @@ continues and the wait ends in one clear line.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -35,31 +34,24 @@ class _LowSignalLimit(EmbeddedServer):
         return [*super().command(), "--dynamic-config-value", limit]
 
 
-def _settings(server: EmbeddedServer, tmp_path: Path) -> Settings:
-    return Settings(
-        data_dir=tmp_path / "data",
-        temporal_address=server.address,
-        task_queue=f"tq-{uuid.uuid4().hex[:10]}",
-        identity="tester@ci",
-    )
-
-
 @pytest.fixture
-async def low_limit(tmp_path: Path) -> AsyncIterator[EmbeddedServer]:
+async def client(settings: Settings, tmp_path: Path) -> AsyncIterator[CapstanClient]:
+    """A client of a server of its own whose limit is `LIMIT`, with no worker."""
     server = _LowSignalLimit(tmp_path / "temporal", port=free_port())
     await server.start()
     assert not server.reused
     try:
-        yield server
+        yield await CapstanClient.connect(
+            settings.model_copy(update={"temporal_address": server.address})
+        )
     finally:
         server.stop()
 
 
 async def test_a_send_past_the_servers_signal_limit_is_one_clear_line(
-    low_limit: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client: CapstanClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runs, "SIGNAL_LIMIT_WAIT", 1.0)
-    client = await CapstanClient.connect(_settings(low_limit, tmp_path))
     run_id = await client.start_run(RunSpec(task="wait"))  # no worker: it never continues
     for i in range(LIMIT):
         await client.send_message(run_id, f"m{i}", f"m{i}")
@@ -70,12 +62,11 @@ async def test_a_send_past_the_servers_signal_limit_is_one_clear_line(
 
 
 async def test_a_thread_message_past_the_signal_limit_is_one_clear_line(
-    low_limit: EmbeddedServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client: CapstanClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A thread's message goes to one execution, looked up again on each attempt; past the
     wait it is the same clear line, not Temporal's InvalidArgument (the API's 422)."""
     monkeypatch.setattr(runs, "SIGNAL_LIMIT_WAIT", 1.0)
-    client = await CapstanClient.connect(_settings(low_limit, tmp_path))
     threads = Threads(client)
     first = await threads.send("ops", "m0", message_id="m0")  # starts the run, one signal
     assert first.started
