@@ -1,6 +1,6 @@
 """A run at Temporal's limit of signals per execution, as a real server refuses it.
 
-The client waits for such a run to continue as new (`CapstanClient._signal`, unit-tested in
+The client waits for such a run to continue as new (`through_signal_limit`, unit-tested in
 tests/unit/test_signal_limit.py) and knows the refusal only by the server's text: this test
 pins that text against a real dev server whose limit is 20, with no worker, so the run never
 continues and the wait ends in one clear line.
