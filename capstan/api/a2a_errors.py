@@ -27,12 +27,7 @@ from a2a.utils.errors import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.api.errors import ApiError
-from capstan.client.runs import (
-    RejectedError,
-    RunNotFoundError,
-    SignalLimitError,
-    UpdateTimeoutError,
-)
+from capstan.client.runs import RejectedError, RunNotFoundError, UpdateTimeoutError
 from capstan.core.errors import CapstanError, ConnectError, SteeringError, StoreError
 from capstan.runtime.blobstore import BlobKeyError
 from capstan.runtime.codec import CodecError
@@ -76,8 +71,8 @@ def _from_capstan(exc: CapstanError) -> A2AError:
         return TaskNotFoundError(str(exc))
     if isinstance(exc, RejectedError):
         return InvalidParamsError(f"the run refused the input: {exc}")
-    if isinstance(exc, UpdateTimeoutError | SignalLimitError):
-        return InternalError(str(exc))  # transient: the same input may be sent again
+    if isinstance(exc, UpdateTimeoutError):
+        return InternalError(str(exc))
     if isinstance(exc, ConnectError):
         return InternalError(UNAVAILABLE)
     if isinstance(exc, CodecError | BlobKeyError):

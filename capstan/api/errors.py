@@ -5,10 +5,8 @@
 Codes and statuses: `unauthorized` 401 (no or bad token), `forbidden` 403 (a scope is missing),
 `run_not_found` 404 (unknown run, or a run of another tenant: the same body), `conflict` 409
 (a steering input the run cannot take, an id in use), `too_large` 413 (refused before the body
-is read), `invalid` 422 (names the field), `rate_limited` 429, and 503 for `temporal_unavailable`,
-`worker_timeout` (no worker answered a checked input in time) and `signal_limit` (the run is at
-Temporal's limit of signals per execution and did not continue as new in time), all with
-Retry-After, `codec_key` 500 (the run is encrypted and this server has no key, or
+is read), `invalid` 422 (names the field), `rate_limited` 429 and `temporal_unavailable` 503
+(both with Retry-After), `codec_key` 500 (the run is encrypted and this server has no key, or
 not the one it was encrypted with: the message names the key id and `CAPSTAN_CODEC_KEYS` /
 `CAPSTAN_CODEC_KEY_FILE`, never key material), `internal` 500 (the details go to the server log
 only).
@@ -32,7 +30,6 @@ from temporalio.service import RPCError, RPCStatusCode
 from capstan.client.runs import (
     RejectedError,
     RunNotFoundError,
-    SignalLimitError,
     SteeringError,
     UpdateTimeoutError,
 )
@@ -78,11 +75,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (413, "the body is too large"),
         (422, "the input does not validate (the field is named)"),
         (429, "too many writes: see Retry-After"),
-        (
-            503,
-            "Temporal is unavailable, no worker answered in time, or the run is at Temporal's "
-            "signal limit: see Retry-After",
-        ),
+        (503, "Temporal is unavailable, or no worker answered in time: see Retry-After"),
     )
 }
 
@@ -150,11 +143,9 @@ def _validation_error(exc: RequestValidationError) -> ApiError:
 def _from_steering(exc: SteeringError) -> ApiError:
     if isinstance(exc, RejectedError):
         return ApiError(409, "rejected", f"the run rejected the input: {exc}")
-    retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
     if isinstance(exc, UpdateTimeoutError):
+        retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
         return ApiError(503, "worker_timeout", str(exc), headers=retry)
-    if isinstance(exc, SignalLimitError):
-        return ApiError(503, "signal_limit", str(exc), headers=retry)
     return ApiError(409, "conflict", str(exc))
 
 

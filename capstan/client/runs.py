@@ -17,7 +17,7 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel
@@ -88,12 +88,6 @@ from capstan.runtime.connect import connect_temporal
 log = logging.getLogger("capstan.client")
 T = TypeVar("T")
 
-#: How long a signal waits, in seconds, for a run at Temporal's limit of signals per execution
-#: to continue as new. The run does so at its next boundary, once the flood that filled the
-#: limit stops arriving during its task, and the new execution takes the signal. Under the 60 s
-#: a proxy in front of the HTTP API commonly allows a request.
-SIGNAL_LIMIT_WAIT = 30.0
-
 if TYPE_CHECKING:
     from capstan.audit.snapshot import Snapshot
 
@@ -105,11 +99,9 @@ __all__ = [
     "RunNotCompletedError",
     "RunNotFoundError",
     "RunSummary",
-    "SignalLimitError",
     "SteeringError",
     "UpdateTimeoutError",
     "connect_temporal",
-    "through_signal_limit",
     "tree_roots",
 ]
 
@@ -125,12 +117,6 @@ class RejectedError(SteeringError):
 class UpdateTimeoutError(SteeringError):
     """Temporal gave up waiting for the worker to answer a validated input (its RPC deadline
     passed): the input may or may not be applied. Sending it again with the same id is safe."""
-
-
-class SignalLimitError(SteeringError):
-    """The run is at Temporal's limit of signals per execution and did not continue as new
-    within `SIGNAL_LIMIT_WAIT`: the input was not sent. Sending it again later (same id) is
-    safe."""
 
 
 class RunSummary(BaseModel):
@@ -351,14 +337,12 @@ class CapstanClient:
 
         `checked` sends the validated update; if no worker takes it within `update_timeout`
         seconds the same input goes as a signal instead (and None is returned). When Temporal
-        itself gives up on the update first, `UpdateTimeoutError` says so. A signal to a run at
-        Temporal's limit of signals per execution waits up to `SIGNAL_LIMIT_WAIT` seconds for
-        the run to continue as new (`through_signal_limit`), else `SignalLimitError`."""
+        itself gives up on the update first, `UpdateTimeoutError` says so."""
         item = await self.prepared(item)
         handle = self.handle(run_id)
         try:
             if not checked:
-                await through_signal_limit(run_id, lambda _: handle.signal(STEER, item))
+                await handle.signal(STEER, item)
                 return None
             window = asyncio.timeout(update_timeout)
             try:
@@ -370,7 +354,7 @@ class CapstanClient:
                     raise _update_timed_out(run_id, item) from None
                 # no worker took the update in time: the signal (same id, applied once) is
                 # durable and waits for one
-                await through_signal_limit(run_id, lambda _: handle.signal(STEER, item))
+                await handle.signal(STEER, item)
                 return None
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
@@ -608,43 +592,6 @@ class CapstanClient:
             if request_id.startswith(child.workflow_id + "/"):
                 return await self.owner(child.workflow_id, request_id)
         return run_id
-
-
-async def through_signal_limit(run_id: str, send: Callable[[int], Awaitable[T]]) -> T:
-    """`send(attempt)` (attempt 0, 1, ...), again while Temporal refuses it because the run's
-    execution is at its limit of signals per execution; `SignalLimitError` after
-    `SIGNAL_LIMIT_WAIT` seconds.
-
-    A flood of sends can fill an execution's 10,000 signals before the run continues as new (a
-    signal arriving during its task makes Temporal refuse the continue-as-new and hand the task
-    back). The server then refuses every signal, the flood stops, the run continues as new, and
-    a send to the workflow id (same input id, applied once) reaches the next execution. A send
-    aimed at one execution must look the run up again on each attempt.
-    """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + SIGNAL_LIMIT_WAIT
-    delay = 0.05
-    attempt = 0
-    while True:
-        try:
-            return await send(attempt)
-        except RPCError as exc:
-            if not _at_signal_limit(exc):
-                raise
-            if loop.time() + delay > deadline:
-                raise SignalLimitError(
-                    f"run {run_id!r} is at Temporal's limit of signals per execution and did "
-                    f"not continue as new within {SIGNAL_LIMIT_WAIT:.0f} s; send again later"
-                ) from None
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
-        attempt += 1
-
-
-def _at_signal_limit(exc: RPCError) -> bool:
-    """Temporal's refusal of a signal past its `history.maximumSignalsPerExecution`
-    (InvalidArgument, so only its text tells it apart from a malformed request)."""
-    return exc.status == RPCStatusCode.INVALID_ARGUMENT and "limit for signal events" in str(exc)
 
 
 def _update_timed_out(run_id: str, item: SteeringBase) -> BaseException:

@@ -45,7 +45,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from capstan.client.priority import priority_of
-from capstan.client.runs import CapstanClient, CapstanError, through_signal_limit
+from capstan.client.runs import CapstanClient, CapstanError
 from capstan.core import privilege
 from capstan.core.content import BlobRef
 from capstan.core.messages import Message
@@ -195,43 +195,15 @@ class Threads:
         workflow at its id is ThreadError, never signalled). `scopes`: the sender's (the next
         run takes its privileges from them, `capstan.core.privilege.admit`). `start`: more
         options of the start (`memo`, `search_attributes`: the API's tenant). `identity`: the
-        sender recorded with the message (default: this client's; the API passes the token's).
-        A run at Temporal's signal limit is waited for (`through_signal_limit`), looked up
-        again on each attempt: the execution that takes the message is the next one."""
+        sender recorded with the message (default: this client's; the API passes the token's)."""
         run_id = thread_workflow_id(thread, tenant)
         latest = await self._latest(run_id)
-        await _check_owner(latest, thread, tenant)  # before anything is stored for the sender
+        await _check_owner(latest, thread, tenant)
         message = LiveMessage(text=text, id=message_id or "", identity=identity or "")
         item = await self.capstan.prepared(message)
-
-        async def attempt(again: int) -> Sent:
-            found = latest
-            if again:
-                found = await self._latest(run_id)
-                await _check_owner(found, thread, tenant)
-            delivered = await self._deliver(thread, found, item)
-            if delivered is not None:
-                return delivered
-            return await self._start_with(
-                thread, item, text=text, spec=spec, scopes=scopes, tenant=tenant, start=start
-            )
-
-        return await through_signal_limit(run_id, attempt)
-
-    async def _start_with(
-        self,
-        thread: str,
-        item: SteeringBase,
-        *,
-        text: str,
-        spec: RunSpec | None,
-        scopes: Iterable[str],
-        tenant: str,
-        start: dict[str, Any],
-    ) -> Sent:
-        """Start the thread's next run with `item` as its start signal (signal-with-start: a
-        run started meanwhile at the id is signalled instead)."""
-        run_id = thread_workflow_id(thread, tenant)
+        delivered = await self._deliver(thread, latest, item)
+        if delivered is not None:
+            return delivered
         following = await self.next_spec(thread, text, spec, scopes, tenant=tenant)
         handle = await self.capstan.client.start_workflow(
             WORKFLOW_NAME,

@@ -11,8 +11,7 @@ branch, never a tuple of unrelated classes. Each message is one line naming what
     │   └── LocalModelError            the bundled model's server could not start
     ├── SteeringError                  an input a run could not take
     │   ├── RejectedError              the run refused a validated input (nothing written)
-    │   ├── UpdateTimeoutError         no worker answered in time (resending is safe)
-    │   └── SignalLimitError           the run is at Temporal's signal limit (resending is safe)
+    │   └── UpdateTimeoutError         no worker answered in time (resending is safe)
     ├── StoreError                     the content store
     │   └── BlobError                  (its own tree: capstan.runtime.blobstore)
     ├── RunNotFoundError, ThreadError, ScheduleError, AgentsError   (capstan.client)

@@ -40,14 +40,6 @@ PATIENT = GuardPolicy(
 )
 
 
-def _unsandboxed(agent: Agent) -> Agent:
-    """The worker as deployed: its workflow code outside Temporal's sandbox. The suite's
-    strict sandbox makes each of the flood's signals several times dearer, and an activation
-    that takes thousands of buffered signals at once then trips the SDK's 2 s deadlock
-    detector on a loaded machine (seen in CI): a cost of the check, not of the worker."""
-    return agent.configure(workflow_sandbox="off")
-
-
 def _until_last_is_read(step: int, messages: list[dict[str, Any]]) -> Reply:
     """A tool call a step (held a little, so messages pile up meanwhile) until the model has
     been given LAST, which the test sends after every other: then it finishes."""
@@ -115,7 +107,7 @@ def _check(run: Run, accepted: set[str], sent: int, refused: list[str]) -> None:
 async def test_ten_thousand_messages_to_an_acting_run_all_reach_the_model(
     agent: Agent, workspace
 ) -> None:
-    async with _unsandboxed(agent).serving(_until_last_is_read) as live:
+    async with agent.serving(_until_last_is_read) as live:
         run_id = await live.start(agent.spec(max_steps=500, guards=PATIENT))
         await asyncio.to_thread(live.fake.wait_for_step, 0)
         accepted, refused = await asyncio.to_thread(
@@ -130,7 +122,7 @@ async def test_ten_thousand_messages_to_an_acting_run_all_reach_the_model(
 async def test_ten_thousand_messages_to_a_paused_run_all_reach_the_model(
     agent: Agent, workspace
 ) -> None:
-    async with _unsandboxed(agent).serving(_until_last_is_read) as live:
+    async with agent.serving(_until_last_is_read) as live:
         client = live.client
         run_id = await live.start(agent.spec(max_steps=500, guards=PATIENT))
         await asyncio.to_thread(live.fake.wait_for_step, 0)

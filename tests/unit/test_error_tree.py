@@ -10,12 +10,7 @@ import pytest
 
 from capstan.cli.support import CliError
 from capstan.client.agents import AgentsError
-from capstan.client.runs import (
-    RejectedError,
-    RunNotFoundError,
-    SignalLimitError,
-    UpdateTimeoutError,
-)
+from capstan.client.runs import RejectedError, RunNotFoundError, UpdateTimeoutError
 from capstan.client.schedules import ScheduleError
 from capstan.client.threads import ThreadError
 from capstan.core import errors
@@ -34,7 +29,6 @@ BRANCHES: dict[type[Exception], type[Exception]] = {
     LocalModelError: ConnectError,
     RejectedError: SteeringError,
     UpdateTimeoutError: SteeringError,
-    SignalLimitError: SteeringError,
     BlobError: StoreError,
     BlobUnavailableError: StoreError,
     RunNotFoundError: CapstanError,
