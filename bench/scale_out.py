@@ -20,7 +20,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -33,13 +32,13 @@ from bench.workers import (  # noqa: E402
     capstan_worker,
     cpu_seconds,
     machine_cpu,
+    own_server,
     polling,
     stop,
 )
-from capstan.client.runs import CapstanClient, connect_temporal  # noqa: E402
+from capstan.client.runs import CapstanClient  # noqa: E402
 from capstan.core.spec import RunSpec, TerminalReason  # noqa: E402
 from capstan.runtime.config import Settings  # noqa: E402
-from capstan.runtime.embedded import EmbeddedServer  # noqa: E402
 from capstan.testing.fake_provider import FakeProvider, call, say  # noqa: E402
 
 __all__ = ["scale_out"]
@@ -144,21 +143,8 @@ async def scale_out(
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp)
-        server = EmbeddedServer(data / "temporal", port=args.port)
-        await server.start()
-        assert server.process is not None, "a server already runs on that port: pick another"
-        try:
-            settings = Settings(
-                data_dir=data / "capstan",
-                temporal_address=server.address,
-                tools_module="tests.sample_tools",
-            )
-            client = CapstanClient(await connect_temporal(settings), settings)
-            result = await scale_out(client, settings, server.process.pid, args.runs, args.repeats)
-        finally:
-            server.stop()
+    async with own_server(args.port) as (client, server_pid):
+        result = await scale_out(client, client.settings, server_pid, args.runs, args.repeats)
     result["load_average_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
     return result
 
